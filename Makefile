@@ -1,0 +1,63 @@
+# tensoracle — the two commands a fresh clone needs:
+#   make demo   set up (Debian packages, .venv), build, run the main example
+#   make test   set up, build, run every C++ and Python test that needs no GPU
+# Both are idempotent: steps whose inputs did not change are skipped.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+VENV    ?= .venv
+BUILD   ?= build
+PY      := $(VENV)/bin/python
+CMAKE   := $(VENV)/bin/cmake
+NINJA   := $(VENV)/bin/ninja
+FUZZ_SECONDS ?= 30
+
+CPP_SOURCES := $(shell find cpp -type f \( -name '*.cpp' -o -name '*.h' -o -name 'CMakeLists.txt' -o -name '*.cmake' \))
+PY_SOURCES  := $(shell find python/native python/src -type f) python/CMakeLists.txt python/pyproject.toml
+CUDA_WHEELS := $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13))
+CMAKE_ARGS  := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) $(if $(CUDA_WHEELS),-DTENSORACLE_CUDA_WHEELS=$(abspath $(CUDA_WHEELS)))
+
+.PHONY: all setup apt cpp python fuzz-build test demo bench clean
+all: cpp python
+
+setup: apt $(VENV)/.stamp
+
+apt:
+	@scripts/ensure-apt.sh scripts/apt-packages.txt
+
+$(VENV)/.stamp: python/pyproject.toml scripts/setup-venv.sh | apt
+	scripts/setup-venv.sh $(VENV)
+	touch $@
+
+# The standalone C++ build: library, CLI, tests.
+cpp: setup
+	@[ -f $(BUILD)/cpp/build.ninja ] || $(CMAKE) -S cpp -B $(BUILD)/cpp $(CMAKE_ARGS) >/dev/null
+	$(CMAKE) --build $(BUILD)/cpp
+
+# The Python package (extension + CLI) installed into the virtual environment.
+python: $(BUILD)/python.stamp
+$(BUILD)/python.stamp: $(VENV)/.stamp $(CPP_SOURCES) $(PY_SOURCES)
+	@mkdir -p $(BUILD)
+	@echo "building the Python package into $(VENV)"
+	$(PY) -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps ./python
+	touch $@
+
+# libFuzzer targets, built with clang into their own tree (skipped without clang).
+fuzz-build: setup
+	@if command -v clang++ >/dev/null; then \
+	  [ -f $(BUILD)/fuzz/build.ninja ] || CC=clang CXX=clang++ $(CMAKE) -S cpp -B $(BUILD)/fuzz $(CMAKE_ARGS) \
+	    -DTENSORACLE_FUZZ=ON -DTENSORACLE_BUILD_TESTS=OFF -DTENSORACLE_BUILD_TOOLS=OFF >/dev/null; \
+	  $(CMAKE) --build $(BUILD)/fuzz; \
+	else echo "fuzz: clang not found, fuzz targets not built"; fi
+
+test: cpp python fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) BUILD=$(BUILD) VENV=$(VENV) scripts/run-tests.sh
+
+demo: cpp python
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) examples/safetensors_demo.py
+
+bench: python
+	$(PY) python/bench/bench_safetensors.py
+
+clean:
+	rm -rf $(BUILD) python/build

@@ -1,0 +1,100 @@
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <random>
+
+#include "core/mapped_file.h"
+#include "tensoracle/errors.h"
+
+namespace tensoracle::core {
+
+namespace {
+
+std::string random_suffix() {
+  std::random_device rd;
+  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::filesystem::path folder_of(const std::filesystem::path& p) {
+  auto parent = p.parent_path();
+  return parent.empty() ? std::filesystem::path(".") : parent;
+}
+
+}  // namespace
+
+std::string AtomicFile::temporary_prefix(const std::filesystem::path& destination) {
+  return "." + destination.filename().string() + ".tmp-";
+}
+
+AtomicFile::AtomicFile(std::filesystem::path destination, std::string component)
+    : dest_(std::move(destination)), component_(std::move(component)) {
+  if (dest_.filename().empty())
+    throw IoError("[" + component_ + "] " + dest_.string() + ": not a file name", EISDIR,
+                  dest_.string());
+  for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
+    temp_ = folder_of(dest_) / (temporary_prefix(dest_) + std::to_string(::getpid()) + "-" +
+                                random_suffix());
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ < 0 && errno != EEXIST) throw_io_error(component_, "cannot create a file in its folder", dest_, errno);
+  }
+  if (fd_ < 0) throw_io_error(component_, "cannot create a temporary file", dest_, EEXIST);
+}
+
+AtomicFile::~AtomicFile() { discard(); }
+
+void AtomicFile::discard() noexcept {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (!temp_.empty()) {
+    ::unlink(temp_.c_str());
+    temp_.clear();
+  }
+}
+
+void AtomicFile::fail(const std::string& what, int err) {
+  discard();
+  throw_io_error(component_, what, dest_, err);
+}
+
+void AtomicFile::write(std::span<const std::byte> bytes) {
+  if (fd_ < 0) throw IoError("[" + component_ + "] " + dest_.string() + ": write after commit", EBADF, dest_.string());
+  while (!bytes.empty()) {
+    // Linux writes at most ~2 GiB per call; loop over partial writes and EINTR.
+    std::size_t chunk = std::min<std::size_t>(bytes.size(), std::size_t{1} << 30);
+    ssize_t n = ::write(fd_, bytes.data(), chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write", errno);
+    }
+    if (n == 0) fail("cannot write", EIO);
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+  }
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw IoError("[" + component_ + "] " + dest_.string() + ": committed twice", EBADF, dest_.string());
+  if (::fsync(fd_) != 0) fail("cannot flush to disk (fsync)", errno);
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("cannot close", errno);
+  if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename the temporary file into place", errno);
+  temp_.clear();  // now the destination: never unlink it
+  int dir = ::open(folder_of(dest_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) throw_io_error(component_, "cannot open its folder to flush the rename", dest_, errno);
+  int rc = ::fsync(dir);
+  int err = errno;
+  ::close(dir);
+  // Some file systems refuse fsync on directories (EINVAL); the rename itself has happened.
+  if (rc != 0 && err != EINVAL) throw_io_error(component_, "cannot flush its folder (fsync)", dest_, err);
+}
+
+}  // namespace tensoracle::core

@@ -1,0 +1,45 @@
+// Internal: write a file atomically — a temporary file in the destination's folder, written,
+// fsync'ed and closed with every result checked, then renamed over the destination, then the
+// folder fsync'ed. Until commit() succeeds the destination is untouched; if the writer is
+// destroyed without commit() (an exception, say) the temporary file is removed.
+//
+//   AtomicFile out(path, "safetensors");
+//   out.write(bytes);          // throws IoError (e.g. ENOSPC, EFBIG) naming the destination
+//   out.commit();
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+
+namespace tensoracle::core {
+
+class AtomicFile {
+ public:
+  // `component` prefixes error messages ("[safetensors] ...").
+  AtomicFile(std::filesystem::path destination, std::string component);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(std::span<const std::byte> bytes);
+  void commit();
+
+  const std::filesystem::path& temporary_path() const noexcept { return temp_; }
+
+  // Prefix of every temporary file's name, so that leftovers of killed processes can be
+  // recognised and cleaned: ".<destination name>.tmp-".
+  static std::string temporary_prefix(const std::filesystem::path& destination);
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err);
+  void discard() noexcept;
+
+  std::filesystem::path dest_;
+  std::filesystem::path temp_;
+  std::string component_;
+  int fd_ = -1;
+};
+
+}  // namespace tensoracle::core

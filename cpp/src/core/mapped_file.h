@@ -1,0 +1,31 @@
+// Internal: read-only or copy-on-write memory mapping of a whole regular file.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+
+namespace tensoracle::core {
+
+class MappedFile {
+ public:
+  // Opens and maps `path`. Throws IoError (open/fstat/mmap failed) or FormatError (not a
+  // regular file). An empty file maps to an empty span. Opening never blocks on FIFOs.
+  MappedFile(const std::filesystem::path& path, bool copy_on_write);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Throws IoError for a failed system call `what` on `path`, with errno's text.
+[[noreturn]] void throw_io_error(std::string_view component, const std::string& what,
+                                 const std::filesystem::path& path, int err);
+
+}  // namespace tensoracle::core

@@ -1,0 +1,602 @@
+// safetensors reader (validating parser over a memory map) and atomic writer.
+#include "tensoracle/safetensors.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/atomic_file.h"
+#include "core/mapped_file.h"
+#include "core/text.h"
+
+static_assert(std::endian::native == std::endian::little,
+              "tensoracle reads and writes little-endian data in place; big-endian hosts are "
+              "not supported");
+
+namespace tensoracle::safetensors {
+
+using core::quote_name;
+
+// ---------------------------------------------------------------------------------------
+// dtypes
+
+namespace {
+
+struct DtypeRow {
+  Dtype dtype;
+  std::string_view name;
+  int bits;
+  int official_rank;  // position in the official package's Dtype enum: its writer's sort key
+};
+
+constexpr std::array<DtypeRow, kDtypeCount> kDtypes{{
+    {Dtype::BOOL, "BOOL", 8, 0},      {Dtype::U8, "U8", 8, 4},
+    {Dtype::I8, "I8", 8, 5},          {Dtype::F8_E5M2, "F8_E5M2", 8, 6},
+    {Dtype::F8_E4M3, "F8_E4M3", 8, 7}, {Dtype::I16, "I16", 16, 9},
+    {Dtype::U16, "U16", 16, 10},      {Dtype::F16, "F16", 16, 11},
+    {Dtype::BF16, "BF16", 16, 12},    {Dtype::I32, "I32", 32, 13},
+    {Dtype::U32, "U32", 32, 14},      {Dtype::F32, "F32", 32, 15},
+    {Dtype::F64, "F64", 64, 17},      {Dtype::I64, "I64", 64, 18},
+    {Dtype::U64, "U64", 64, 19},      {Dtype::F8_E8M0, "F8_E8M0", 8, 8},
+    {Dtype::F4, "F4", 4, 1},          {Dtype::F6_E2M3, "F6_E2M3", 6, 2},
+    {Dtype::F6_E3M2, "F6_E3M2", 6, 3}, {Dtype::C64, "C64", 64, 16},
+}};
+
+constexpr bool table_is_indexed_by_value() {
+  for (int i = 0; i < kDtypeCount; ++i)
+    if (static_cast<int>(kDtypes[i].dtype) != i) return false;
+  return true;
+}
+static_assert(table_is_indexed_by_value());
+
+const DtypeRow& row(Dtype d) noexcept { return kDtypes[static_cast<std::size_t>(d)]; }
+
+}  // namespace
+
+std::string_view dtype_name(Dtype dtype) noexcept { return row(dtype).name; }
+int dtype_bits(Dtype dtype) noexcept { return row(dtype).bits; }
+
+std::optional<Dtype> parse_dtype(std::string_view name) noexcept {
+  for (const auto& r : kDtypes)
+    if (r.name == name) return r.dtype;
+  return std::nullopt;
+}
+
+std::uint64_t TensorInfo::numel() const noexcept {
+  std::uint64_t n = 1;
+  for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+  return n;
+}
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// Element count and byte length of a shape, or nullopt on overflow / a partial byte.
+struct Extent {
+  std::uint64_t numel = 1;
+  std::optional<std::uint64_t> nbytes;  // nullopt: the bits do not fill whole bytes
+  bool overflow = false;
+};
+
+Extent extent(Dtype dtype, const std::vector<std::int64_t>& shape) {
+  Extent e;
+  for (auto d : shape) {
+    if (__builtin_mul_overflow(e.numel, static_cast<std::uint64_t>(d), &e.numel)) {
+      e.overflow = true;
+      return e;
+    }
+  }
+  std::uint64_t bits;
+  if (__builtin_mul_overflow(e.numel, static_cast<std::uint64_t>(dtype_bits(dtype)), &bits)) {
+    e.overflow = true;
+    return e;
+  }
+  if (bits % 8 == 0) e.nbytes = bits / 8;
+  return e;
+}
+
+}  // namespace
+
+namespace detail {
+void check_view(const TensorInfo& info, const void* data, std::string_view want_type,
+                bool type_ok, std::size_t alignment) {
+  if (!type_ok)
+    throw InvalidArgument("[safetensors] tensor " + quote_name(info.name) + " has dtype " +
+                          std::string(dtype_name(info.dtype)) + "; it cannot be viewed as " +
+                          std::string(want_type));
+  if (reinterpret_cast<std::uintptr_t>(data) % alignment != 0)
+    throw InvalidArgument("[safetensors] tensor " + quote_name(info.name) +
+                          ": data is not aligned to " + std::to_string(alignment) +
+                          " bytes (the file's header length is not a multiple of 8); copy "
+                          "bytes() instead of viewing in place");
+}
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------
+// reader
+
+struct File::State {
+  std::shared_ptr<core::MappedFile> map;  // null when parsing caller-held bytes
+  std::span<const std::byte> bytes;
+  std::string name;
+  std::uint64_t header_size = 0;
+  std::vector<TensorInfo> tensors;
+  std::unordered_map<std::string_view, std::size_t> index;
+  Metadata metadata;
+  bool has_metadata = false;
+};
+
+namespace {
+
+using json = nlohmann::json;
+
+// Builds TensorInfo entries from the header's JSON events without building a DOM, checking
+// structure as it goes. Returning false stops the parser; `error` then says why.
+class HeaderHandler : public nlohmann::json_sax<json> {
+ public:
+  std::vector<TensorInfo> tensors;
+  Metadata metadata;
+  bool has_metadata = false;
+  std::string error;
+
+  bool null() override { return value_error("null"); }
+  bool boolean(bool) override { return value_error("a boolean"); }
+  bool binary(binary_t&) override { return value_error("binary data"); }
+
+  bool number_integer(number_integer_t v) override {
+    if (where_ == Where::kShape)
+      return fail(tensor_prefix() + "shape has negative dimension " + std::to_string(v));
+    if (where_ == Where::kOffsets)
+      return fail(tensor_prefix() + "data_offsets has negative offset " + std::to_string(v));
+    return value_error("a number");
+  }
+
+  bool number_unsigned(number_unsigned_t v) override {
+    if (where_ == Where::kShape) {
+      if (v > static_cast<std::uint64_t>(INT64_MAX))
+        return fail(tensor_prefix() + "shape dimension " + std::to_string(v) +
+                    " overflows a signed 64-bit integer");
+      cur().shape.push_back(static_cast<std::int64_t>(v));
+      return true;
+    }
+    if (where_ == Where::kOffsets) {
+      if (offsets_seen_ >= 2) return fail(tensor_prefix() + "data_offsets has more than 2 entries");
+      (offsets_seen_ == 0 ? cur().begin : cur().end) = v;
+      ++offsets_seen_;
+      return true;
+    }
+    return value_error("a number");
+  }
+
+  bool number_float(number_float_t, const string_t& text) override {
+    if (where_ == Where::kShape)
+      return fail(tensor_prefix() + "shape dimension " + quote_name(text) +
+                  " is not an integer in [0, 2^63)");
+    if (where_ == Where::kOffsets)
+      return fail(tensor_prefix() + "data_offsets entry " + quote_name(text) +
+                  " is not an integer in [0, 2^64)");
+    return value_error("a number");
+  }
+
+  bool string(string_t& s) override {
+    if (where_ == Where::kMetadata) {
+      metadata.emplace(std::move(pending_key_), std::move(s));
+      return true;
+    }
+    if (where_ == Where::kTensor && field_ == Field::kDtype) {
+      auto d = parse_dtype(s);
+      if (!d)
+        return fail(tensor_prefix() + "unknown dtype " + quote_name(s) +
+                    " (known: BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F4, F6_E2M3, F6_E3M2, "
+                    "F8_E5M2, F8_E4M3, F8_E8M0, F16, BF16, F32, F64, C64)");
+      cur().dtype = *d;
+      return true;
+    }
+    return value_error("a string");
+  }
+
+  bool start_object(std::size_t) override {
+    switch (where_) {
+      case Where::kStart: where_ = Where::kRoot; return true;
+      case Where::kRoot:
+        if (pending_key_ == "__metadata__") {
+          where_ = Where::kMetadata;
+          has_metadata = true;
+          return true;
+        }
+        where_ = Where::kTensor;
+        tensors.push_back(TensorInfo{});
+        cur().name = std::move(pending_key_);
+        seen_fields_ = 0;
+        return true;
+      default: return value_error("an object");
+    }
+  }
+
+  bool key(string_t& k) override {
+    switch (where_) {
+      case Where::kRoot:
+        if (!root_keys_.insert(k).second)
+          return fail("duplicate key " + quote_name(k) + " in the header");
+        pending_key_ = std::move(k);
+        return true;
+      case Where::kMetadata:
+        if (metadata.count(k)) return fail("__metadata__: duplicate key " + quote_name(k));
+        pending_key_ = std::move(k);
+        return true;
+      case Where::kTensor: {
+        Field f;
+        if (k == "dtype") f = Field::kDtype;
+        else if (k == "shape") f = Field::kShape;
+        else if (k == "data_offsets") f = Field::kOffsets;
+        else return fail(tensor_prefix() + "unknown field " + quote_name(k) + " (expected dtype, shape, data_offsets)");
+        unsigned bit = 1u << static_cast<unsigned>(f);
+        if (seen_fields_ & bit) return fail(tensor_prefix() + "duplicate field " + quote_name(k));
+        seen_fields_ |= bit;
+        field_ = f;
+        return true;
+      }
+      default: return fail("unexpected key");  // unreachable: keys only occur in objects
+    }
+  }
+
+  bool end_object() override {
+    switch (where_) {
+      case Where::kRoot: where_ = Where::kDone; return true;
+      case Where::kMetadata: where_ = Where::kRoot; return true;
+      case Where::kTensor:
+        for (auto [f, name] : {std::pair{Field::kDtype, "dtype"}, {Field::kShape, "shape"},
+                               {Field::kOffsets, "data_offsets"}})
+          if (!(seen_fields_ & (1u << static_cast<unsigned>(f))))
+            return fail(tensor_prefix() + "missing field '" + name + "'");
+        where_ = Where::kRoot;
+        return true;
+      default: return fail("unexpected end of object");
+    }
+  }
+
+  bool start_array(std::size_t) override {
+    if (where_ == Where::kTensor && field_ == Field::kShape) {
+      where_ = Where::kShape;
+      return true;
+    }
+    if (where_ == Where::kTensor && field_ == Field::kOffsets) {
+      where_ = Where::kOffsets;
+      offsets_seen_ = 0;
+      return true;
+    }
+    return value_error("an array");
+  }
+
+  bool end_array() override {
+    if (where_ == Where::kShape) {
+      where_ = Where::kTensor;
+      return true;
+    }
+    if (where_ == Where::kOffsets) {
+      if (offsets_seen_ != 2)
+        return fail(tensor_prefix() + "data_offsets has " + std::to_string(offsets_seen_) +
+                    " entries, not 2");
+      where_ = Where::kTensor;
+      return true;
+    }
+    return fail("unexpected end of array");
+  }
+
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    if (error.empty()) {
+      // nlohmann's text ends with the offending token, which may hold raw bytes: escape it.
+      std::string what = ex.what();
+      auto p = what.find("] ");
+      if (p != std::string::npos) what = what.substr(p + 2);
+      auto q = quote_name(what, 300);
+      error = "header is not valid JSON (at byte " + std::to_string(position) + "): " +
+              q.substr(1, q.size() - 2);
+    }
+    return false;
+  }
+
+ private:
+  enum class Where { kStart, kRoot, kMetadata, kTensor, kShape, kOffsets, kDone };
+  enum class Field { kDtype = 0, kShape = 1, kOffsets = 2 };
+
+  TensorInfo& cur() { return tensors.back(); }
+  std::string tensor_prefix() { return "tensor " + quote_name(cur().name) + ": "; }
+
+  bool fail(std::string message) {
+    if (error.empty()) error = std::move(message);
+    return false;
+  }
+
+  bool value_error(const char* what) {
+    switch (where_) {
+      case Where::kStart: return fail(std::string("header is ") + what + ", not a JSON object");
+      case Where::kRoot:
+        if (pending_key_ == "__metadata__")
+          return fail(std::string("__metadata__ is ") + what + ", not an object of strings");
+        return fail("tensor " + quote_name(pending_key_) + ": entry is " + what + ", not an object");
+      case Where::kMetadata:
+        return fail("__metadata__ " + quote_name(pending_key_) + ": value is " + what +
+                    ", not a string (metadata must map strings to strings)");
+      case Where::kTensor:
+        switch (field_) {
+          case Field::kDtype: return fail(tensor_prefix() + "dtype is " + what + ", not a string");
+          case Field::kShape: return fail(tensor_prefix() + "shape is " + what + ", not an array of integers");
+          case Field::kOffsets: return fail(tensor_prefix() + "data_offsets is " + what + ", not an array of 2 integers");
+        }
+        break;
+      case Where::kShape: return fail(tensor_prefix() + "shape holds " + what + ", not only integers");
+      case Where::kOffsets: return fail(tensor_prefix() + "data_offsets holds " + what + ", not only integers");
+      case Where::kDone: break;
+    }
+    return fail(std::string("unexpected ") + what + " in the header");
+  }
+
+  Where where_ = Where::kStart;
+  Field field_ = Field::kDtype;
+  unsigned seen_fields_ = 0;
+  int offsets_seen_ = 0;
+  std::string pending_key_;
+  std::unordered_set<std::string> root_keys_;
+};
+
+[[noreturn]] void format_error(const std::string& file, const std::string& message) {
+  throw FormatError("[safetensors] " + file + ": " + message);
+}
+
+std::string offsets_text(const TensorInfo& t) {
+  return "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
+}
+
+void validate_tensors(const std::string& file, std::vector<TensorInfo>& tensors,
+                      std::uint64_t data_size) {
+  for (const auto& t : tensors) {
+    auto prefix = "tensor " + quote_name(t.name) + ": ";
+    Extent e = extent(t.dtype, t.shape);
+    if (e.overflow)
+      format_error(file, prefix + "shape " + shape_text(t.shape) + " of " +
+                             std::string(dtype_name(t.dtype)) + " overflows 64-bit byte counts");
+    if (!e.nbytes)
+      format_error(file, prefix + "shape " + shape_text(t.shape) + " holds " +
+                             std::to_string(e.numel) + " elements of " +
+                             std::string(dtype_name(t.dtype)) + " (" +
+                             std::to_string(dtype_bits(t.dtype)) +
+                             " bits each), which do not fill whole bytes");
+    if (t.end < t.begin) format_error(file, prefix + offsets_text(t) + " end before begin");
+    if (t.end > data_size)
+      format_error(file, prefix + offsets_text(t) + " extend beyond the data section (" +
+                             std::to_string(data_size) + " bytes)");
+    if (t.end - t.begin != *e.nbytes)
+      format_error(file, prefix + offsets_text(t) + " hold " + std::to_string(t.end - t.begin) +
+                             " bytes, but shape " + shape_text(t.shape) + " of " +
+                             std::string(dtype_name(t.dtype)) + " needs " +
+                             std::to_string(*e.nbytes));
+  }
+  std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  std::uint64_t covered = 0;
+  const TensorInfo* prev = nullptr;
+  for (const auto& t : tensors) {
+    if (t.begin > covered)
+      format_error(file, "bytes [" + std::to_string(covered) + ", " + std::to_string(t.begin) +
+                             ") of the data section belong to no tensor (a hole before tensor " +
+                             quote_name(t.name) + ")");
+    if (t.begin < covered)
+      format_error(file, "tensor " + quote_name(t.name) + " " + offsets_text(t) +
+                             " overlaps tensor " + quote_name(prev->name) + " " + offsets_text(*prev));
+    covered = t.end;
+    if (t.end > t.begin || prev == nullptr) prev = &t;
+  }
+  if (covered != data_size)
+    format_error(file, "the data section has " + std::to_string(data_size) +
+                           " bytes but the tensors cover only " + std::to_string(covered) +
+                           " (trailing bytes after the last tensor)");
+}
+
+std::shared_ptr<File::State> parse_state(std::span<const std::byte> bytes, std::string name) {
+  auto st = std::make_shared<File::State>();
+  st->bytes = bytes;
+  st->name = std::move(name);
+  const std::string& file = st->name;
+  if (bytes.size() < 8)
+    format_error(file, "file is " + std::to_string(bytes.size()) +
+                           " bytes, shorter than the 8-byte header length");
+  std::uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  if (n > kMaxHeaderBytes)
+    format_error(file, "header length " + std::to_string(n) + " exceeds the limit of " +
+                           std::to_string(kMaxHeaderBytes) + " bytes");
+  if (n > bytes.size() - 8)
+    format_error(file, "header length " + std::to_string(n) +
+                           " extends beyond the end of the file (" +
+                           std::to_string(bytes.size()) + " bytes)");
+  st->header_size = n;
+  auto header = std::string_view(reinterpret_cast<const char*>(bytes.data()) + 8, n);
+  if (header.empty() || header.front() != '{')
+    format_error(file, "header does not start with '{' (it must be a JSON object)");
+
+  HeaderHandler h;
+  bool ok = json::sax_parse(header.begin(), header.end(), &h, json::input_format_t::json, true);
+  if (!ok) format_error(file, h.error.empty() ? "header is not valid JSON" : h.error);
+
+  st->tensors = std::move(h.tensors);
+  st->metadata = std::move(h.metadata);
+  st->has_metadata = h.has_metadata;
+  validate_tensors(file, st->tensors, bytes.size() - 8 - n);
+  st->index.reserve(st->tensors.size());
+  for (std::size_t i = 0; i < st->tensors.size(); ++i) st->index.emplace(st->tensors[i].name, i);
+  return st;
+}
+
+}  // namespace
+
+File File::open(const std::filesystem::path& path, MapMode mode) {
+  auto map = std::make_shared<core::MappedFile>(path, mode == MapMode::kCopyOnWrite);
+  auto st = parse_state(map->bytes(), path.string());
+  st->map = std::move(map);
+  return File(std::move(st));
+}
+
+File File::parse(std::span<const std::byte> bytes, std::string display_name) {
+  return File(parse_state(bytes, std::move(display_name)));
+}
+
+const std::string& File::display_name() const noexcept { return state_->name; }
+std::uint64_t File::file_size() const noexcept { return state_->bytes.size(); }
+std::uint64_t File::header_size() const noexcept { return state_->header_size; }
+const std::vector<TensorInfo>& File::tensors() const noexcept { return state_->tensors; }
+const Metadata& File::metadata() const noexcept { return state_->metadata; }
+bool File::has_metadata() const noexcept { return state_->has_metadata; }
+std::span<const std::byte> File::raw() const noexcept { return state_->bytes; }
+
+const TensorInfo* File::find(std::string_view name) const noexcept {
+  auto it = state_->index.find(name);
+  return it == state_->index.end() ? nullptr : &state_->tensors[it->second];
+}
+
+const TensorInfo& File::at(std::string_view name) const {
+  if (const TensorInfo* t = find(name)) return *t;
+  throw InvalidArgument("[safetensors] " + state_->name + ": no tensor named " + quote_name(name));
+}
+
+TensorView File::view(std::string_view name) const { return view(at(name)); }
+
+TensorView File::view(const TensorInfo& info) const {
+  return TensorView(&info, state_->bytes.data() + data_offset() + info.begin);
+}
+
+// ---------------------------------------------------------------------------------------
+// writer
+
+namespace {
+
+struct Layout {
+  std::string header;                   // padded JSON, without the 8-byte length
+  std::vector<const TensorData*> order;  // data section order
+};
+
+Layout layout(const std::vector<TensorData>& tensors, const Metadata& metadata) {
+  Layout out;
+  std::unordered_set<std::string_view> names;
+  for (const auto& t : tensors) {
+    auto prefix = "[safetensors] tensor " + quote_name(t.name) + ": ";
+    if (!core::valid_utf8(t.name))
+      throw InvalidArgument("[safetensors] tensor name " + quote_name(t.name) + " is not valid UTF-8");
+    if (t.name == "__metadata__")
+      throw InvalidArgument(prefix + "the name is reserved for the metadata entry");
+    if (!names.insert(t.name).second) throw InvalidArgument(prefix + "duplicate name");
+    if (static_cast<int>(t.dtype) >= kDtypeCount)
+      throw InvalidArgument(prefix + "invalid dtype value " + std::to_string(static_cast<int>(t.dtype)));
+    for (auto d : t.shape)
+      if (d < 0) throw InvalidArgument(prefix + "negative dimension in shape " + shape_text(t.shape));
+    Extent e = extent(t.dtype, t.shape);
+    if (e.overflow) throw InvalidArgument(prefix + "shape " + shape_text(t.shape) + " overflows");
+    if (!e.nbytes)
+      throw InvalidArgument(prefix + "shape " + shape_text(t.shape) + " of " +
+                            std::string(dtype_name(t.dtype)) + " does not fill whole bytes");
+    if (*e.nbytes != t.data.size())
+      throw InvalidArgument(prefix + "shape " + shape_text(t.shape) + " of " +
+                            std::string(dtype_name(t.dtype)) + " needs " +
+                            std::to_string(*e.nbytes) + " bytes, got " +
+                            std::to_string(t.data.size()));
+    out.order.push_back(&t);
+  }
+  for (const auto& [k, v] : metadata)
+    if (!core::valid_utf8(k) || !core::valid_utf8(v))
+      throw InvalidArgument("[safetensors] metadata entry " + quote_name(k) + " is not valid UTF-8");
+
+  std::stable_sort(out.order.begin(), out.order.end(), [](const TensorData* a, const TensorData* b) {
+    int ra = row(a->dtype).official_rank, rb = row(b->dtype).official_rank;
+    if (ra != rb) return ra > rb;
+    return a->name < b->name;
+  });
+
+  std::string& h = out.header;
+  h = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    h += "\"__metadata__\":{";
+    bool mfirst = true;
+    for (const auto& [k, v] : metadata) {
+      if (!mfirst) h += ',';
+      mfirst = false;
+      core::append_json_string(h, k);
+      h += ':';
+      core::append_json_string(h, v);
+    }
+    h += '}';
+    first = false;
+  }
+  std::uint64_t offset = 0;
+  for (const TensorData* t : out.order) {
+    if (!first) h += ',';
+    first = false;
+    core::append_json_string(h, t->name);
+    h += ":{\"dtype\":\"";
+    h += dtype_name(t->dtype);
+    h += "\",\"shape\":[";
+    for (std::size_t i = 0; i < t->shape.size(); ++i) {
+      if (i) h += ',';
+      h += std::to_string(t->shape[i]);
+    }
+    h += "],\"data_offsets\":[";
+    h += std::to_string(offset) + "," + std::to_string(offset + t->data.size()) + "]}";
+    offset += t->data.size();
+  }
+  h += '}';
+  h.append((8 - h.size() % 8) % 8, ' ');
+  if (h.size() > kMaxHeaderBytes)
+    throw InvalidArgument("[safetensors] the header would be " + std::to_string(h.size()) +
+                          " bytes, above the format's limit of " + std::to_string(kMaxHeaderBytes));
+  return out;
+}
+
+std::array<std::byte, 8> length_prefix(std::uint64_t n) {
+  std::array<std::byte, 8> b;
+  std::memcpy(b.data(), &n, 8);
+  return b;
+}
+
+}  // namespace
+
+std::vector<std::byte> serialize(const std::vector<TensorData>& tensors, const Metadata& metadata) {
+  Layout l = layout(tensors, metadata);
+  std::size_t total = 8 + l.header.size();
+  for (const TensorData* t : l.order) total += t->data.size();
+  std::vector<std::byte> out(total);
+  std::byte* p = out.data();
+  auto put = [&p](std::span<const std::byte> b) {
+    if (!b.empty()) std::memcpy(p, b.data(), b.size());
+    p += b.size();
+  };
+  put(length_prefix(l.header.size()));
+  put(std::as_bytes(std::span(l.header)));
+  for (const TensorData* t : l.order) put(t->data);
+  return out;
+}
+
+void save_file(const std::filesystem::path& path, const std::vector<TensorData>& tensors,
+               const Metadata& metadata) {
+  Layout l = layout(tensors, metadata);
+  core::AtomicFile out(path, "safetensors");
+  out.write(length_prefix(l.header.size()));
+  out.write(std::as_bytes(std::span(l.header)));
+  for (const TensorData* t : l.order) out.write(t->data);
+  out.commit();
+}
+
+}  // namespace tensoracle::safetensors

@@ -1,0 +1,15 @@
+// The `tensoracle` program's subcommands. Each registers itself on the CLI11 app and
+// returns the process exit code: 0 success, 1 a failed check, 2 bad input or usage.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace tensoracle::tools {
+
+using Command = std::function<int()>;
+
+// `tensoracle inspect FILE [--json]`
+Command add_inspect(CLI::App& app);
+
+}  // namespace tensoracle::tools

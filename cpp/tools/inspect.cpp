@@ -1,0 +1,91 @@
+// `tensoracle inspect FILE [--json]`: a safetensors file's metadata and tensors.
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tensoracle/safetensors.h"
+#include "tools/commands.h"
+
+namespace tensoracle::tools {
+
+namespace {
+
+namespace st = tensoracle::safetensors;
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string human_bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+int inspect_json(const st::File& f) {
+  nlohmann::ordered_json j;
+  j["file"] = f.display_name();
+  j["format"] = "safetensors";
+  j["file_size"] = f.file_size();
+  j["header_size"] = f.header_size();
+  j["metadata"] = f.has_metadata() ? nlohmann::ordered_json(f.metadata()) : nlohmann::ordered_json(nullptr);
+  auto& tensors = j["tensors"] = nlohmann::ordered_json::array();
+  for (const auto& t : f.tensors()) {
+    tensors.push_back({{"name", t.name},
+                       {"dtype", st::dtype_name(t.dtype)},
+                       {"shape", t.shape},
+                       {"bytes", t.nbytes()},
+                       {"data_offsets", {t.begin, t.end}},
+                       {"file_offset", f.data_offset() + t.begin}});
+  }
+  fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  return 0;
+}
+
+int inspect_text(const st::File& f) {
+  fmt::print("file:     {}\n", f.display_name());
+  fmt::print("format:   safetensors, {} ({} bytes), header {} bytes, {} tensors\n",
+             human_bytes(f.file_size()), f.file_size(), f.header_size(), f.tensors().size());
+  if (f.has_metadata()) {
+    fmt::print("metadata: {} entries\n", f.metadata().size());
+    for (const auto& [k, v] : f.metadata()) fmt::print("  {}: {}\n", k, v);
+  } else {
+    fmt::print("metadata: none\n");
+  }
+  std::size_t wn = 4, ws = 5;
+  for (const auto& t : f.tensors()) {
+    wn = std::max(wn, t.name.size());
+    ws = std::max(ws, shape_text(t.shape).size());
+  }
+  fmt::print("{:<{}}  {:<7}  {:<{}}  {:>14}  {:>14}\n", "name", wn, "dtype", "shape", ws, "bytes",
+             "offset");
+  for (const auto& t : f.tensors())
+    fmt::print("{:<{}}  {:<7}  {:<{}}  {:>14}  {:>14}\n", t.name, wn, st::dtype_name(t.dtype),
+               shape_text(t.shape), ws, t.nbytes(), f.data_offset() + t.begin);
+  return 0;
+}
+
+}  // namespace
+
+Command add_inspect(CLI::App& app) {
+  auto* sub = app.add_subcommand("inspect", "Show a safetensors file's metadata and tensors "
+                                            "(name, dtype, shape, bytes, file offset)");
+  auto path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  sub->add_option("FILE", *path, "safetensors file")->required();
+  sub->add_flag("--json", *json, "print JSON instead of a table");
+  return [path, json] {
+    auto f = st::File::open(*path);
+    return *json ? inspect_json(f) : inspect_text(f);
+  };
+}
+
+}  // namespace tensoracle::tools

@@ -1,0 +1,45 @@
+// tensoracle — command-line front end. Errors print "error: <message>" on stderr; the exit
+// code is 2 for bad input or usage, 1 for a failed check, 0 otherwise.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "tensoracle/errors.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tensoracle: build, save, reuse and execute inference engines from safetensors weights"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, tensoracle::tools::Command>> commands;
+  auto add = [&](tensoracle::tools::Command (*adder)(CLI::App&)) {
+    std::size_t before = app.get_subcommands({}).size();
+    auto cmd = adder(app);
+    commands.emplace_back(app.get_subcommands({}).at(before), std::move(cmd));
+  };
+  add(tensoracle::tools::add_inspect);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "run '{} --help' for usage\n", app.get_name().empty() ? "tensoracle" : app.get_name());
+    return 2;
+  }
+  try {
+    for (auto& [sub, run] : commands)
+      if (sub->parsed()) return run();
+  } catch (const tensoracle::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: internal: {}\n", e.what());
+    return 3;
+  }
+  return 2;
+}

@@ -1,0 +1,11 @@
+// Internal to the extension module: one function per binding file.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace tensoracle::python {
+
+void bind_errors(nanobind::module_& m);
+void bind_safetensors(nanobind::module_& m);
+
+}  // namespace tensoracle::python

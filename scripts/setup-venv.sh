@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Creates the virtual environment $1 with the build tools and the package's test dependencies.
+set -euo pipefail
+venv=${1:?usage: setup-venv.sh VENV}
+python=${PYTHON:-python3}
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "setup: creating $venv with $($python --version)"
+  "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install --upgrade pip
+# Build tools (the package is built without isolation, so incremental builds reuse its folder).
+"${pip[@]}" install "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.26" ninja
+# Runtime and test dependencies, read from python/pyproject.toml.
+deps=$("$venv/bin/python" - <<'PY'
+import tomllib
+p = tomllib.load(open("python/pyproject.toml", "rb"))["project"]
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))
+PY
+)
+mapfile -t reqs <<<"$deps"
+echo "setup: installing ${reqs[*]}"
+"${pip[@]}" install "${reqs[@]}"
