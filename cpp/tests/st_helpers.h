@@ -1,6 +1,7 @@
 // Test helpers: build safetensors bytes by hand (any header text, any data), and temp dirs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>

@@ -19,19 +19,19 @@ void throw_io_error(std::string_view component, const std::string& what,
                 err, path.string());
 }
 
-MappedFile::MappedFile(const std::filesystem::path& path, bool copy_on_write) {
+MappedFile::MappedFile(const std::filesystem::path& path, bool copy_on_write, std::string_view component) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; mmap ignores the flag.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw_io_error("io", "cannot open", path, errno);
+  if (fd < 0) throw_io_error(component, "cannot open", path, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    throw_io_error("io", "cannot stat", path, err);
+    throw_io_error(component, "cannot stat", path, err);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw FormatError("[io] " + path.string() + ": not a regular file");
+    throw FormatError("[" + std::string(component) + "] " + path.string() + ": not a regular file");
   }
   size_ = static_cast<std::size_t>(st.st_size);
   if (size_ > 0) {
@@ -40,7 +40,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, bool copy_on_write) {
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);
-      throw_io_error("io", "cannot map", path, err);
+      throw_io_error(component, "cannot map", path, err);
     }
     data_ = static_cast<std::byte*>(p);
   }

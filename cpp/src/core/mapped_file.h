@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace tensoracle::core {
 
@@ -12,7 +13,8 @@ class MappedFile {
  public:
   // Opens and maps `path`. Throws IoError (open/fstat/mmap failed) or FormatError (not a
   // regular file). An empty file maps to an empty span. Opening never blocks on FIFOs.
-  MappedFile(const std::filesystem::path& path, bool copy_on_write);
+  // `component` prefixes error messages ("[safetensors] ...").
+  MappedFile(const std::filesystem::path& path, bool copy_on_write, std::string_view component);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

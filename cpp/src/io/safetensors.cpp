@@ -74,12 +74,14 @@ std::uint64_t TensorInfo::numel() const noexcept {
 
 namespace {
 
+// At most 16 dimensions are printed, so a message stays short whatever the input.
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
+  for (std::size_t i = 0; i < shape.size() && i < 16; ++i) {
     if (i) s += ", ";
     s += std::to_string(shape[i]);
   }
+  if (shape.size() > 16) s += ", ... (" + std::to_string(shape.size()) + " dimensions)";
   return s + "]";
 }
 
@@ -156,10 +158,12 @@ class HeaderHandler : public nlohmann::json_sax<json> {
   bool binary(binary_t&) override { return value_error("binary data"); }
 
   bool number_integer(number_integer_t v) override {
+    // nlohmann reports "-0" here too: name it as written.
+    std::string text = v == 0 ? std::string("-0") : std::to_string(v);
     if (where_ == Where::kShape)
-      return fail(tensor_prefix() + "shape has negative dimension " + std::to_string(v));
+      return fail(tensor_prefix() + "shape has negative dimension " + text);
     if (where_ == Where::kOffsets)
-      return fail(tensor_prefix() + "data_offsets has negative offset " + std::to_string(v));
+      return fail(tensor_prefix() + "data_offsets has negative offset " + text);
     return value_error("a number");
   }
 
@@ -303,7 +307,12 @@ class HeaderHandler : public nlohmann::json_sax<json> {
       auto p = what.find("] ");
       if (p != std::string::npos) what = what.substr(p + 2);
       auto q = quote_name(what, 300);
-      error = "header is not valid JSON (at byte " + std::to_string(position) + "): " +
+      std::string context;
+      if (where_ == Where::kShape) context = tensor_prefix() + "shape dimension is not a valid number: ";
+      else if (where_ == Where::kOffsets) context = tensor_prefix() + "data_offsets entry is not a valid number: ";
+      else if (where_ == Where::kTensor) context = tensor_prefix();
+      else if (where_ == Where::kMetadata) context = "__metadata__: ";
+      error = context + "header is not valid JSON (at byte " + std::to_string(position) + "): " +
               q.substr(1, q.size() - 2);
     }
     return false;
@@ -368,7 +377,7 @@ void validate_tensors(const std::string& file, std::vector<TensorInfo>& tensors,
     Extent e = extent(t.dtype, t.shape);
     if (e.overflow)
       format_error(file, prefix + "shape " + shape_text(t.shape) + " of " +
-                             std::string(dtype_name(t.dtype)) + " overflows 64-bit byte counts");
+                             std::string(dtype_name(t.dtype)) + " overflows 64-bit element or bit counts");
     if (!e.nbytes)
       format_error(file, prefix + "shape " + shape_text(t.shape) + " holds " +
                              std::to_string(e.numel) + " elements of " +
@@ -428,6 +437,9 @@ std::shared_ptr<File::State> parse_state(std::span<const std::byte> bytes, std::
   auto header = std::string_view(reinterpret_cast<const char*>(bytes.data()) + 8, n);
   if (header.empty() || header.front() != '{')
     format_error(file, "header does not start with '{' (it must be a JSON object)");
+  // A raw NUL is never valid JSON, and nlohmann's lexer would take it for the end of input.
+  if (auto nul = header.find('\0'); nul != std::string_view::npos)
+    format_error(file, "header holds a NUL byte at byte " + std::to_string(nul) + " (it must be JSON text)");
 
   HeaderHandler h;
   bool ok = json::sax_parse(header.begin(), header.end(), &h, json::input_format_t::json, true);
@@ -445,7 +457,7 @@ std::shared_ptr<File::State> parse_state(std::span<const std::byte> bytes, std::
 }  // namespace
 
 File File::open(const std::filesystem::path& path, MapMode mode) {
-  auto map = std::make_shared<core::MappedFile>(path, mode == MapMode::kCopyOnWrite);
+  auto map = std::make_shared<core::MappedFile>(path, mode == MapMode::kCopyOnWrite, "safetensors");
   auto st = parse_state(map->bytes(), path.string());
   st->map = std::move(map);
   return File(std::move(st));
