@@ -1,0 +1,284 @@
+// tensoracle/network.h — define a network with TensorRT's vocabulary.
+//
+//   tensoracle::Network net;
+//   Tensor* x = net.add_input("features", DataType::kFLOAT, {16, 32});
+//   Tensor* w = net.add_constant({32, 16}, weights)->get_output(0);
+//   Tensor* y = net.add_matrix_multiply(x, MatrixOperation::kNONE, w, MatrixOperation::kNONE)
+//                   ->get_output(0);
+//   Tensor* z = net.add_activation(y, ActivationType::kGELU_ERF)->get_output(0);
+//   z->set_name("result");
+//   net.mark_output(z);
+//
+// The network is strongly typed: each layer's output types follow from its input types and
+// parameters. Adding a layer validates it at once and throws InvalidArgument naming the layer
+// and the offending input or parameter ("[network] layer 'matmul_3': input 1 has type int32;
+// matrix multiply takes float32, float16 or bfloat16"). Setters re-validate the same way and
+// leave the layer unchanged when they throw.
+//
+// The Network owns its layers and tensors: pointers stay valid until the Network is
+// destroyed. A Network is not thread-safe; build it on one thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tensoracle/types.h"
+
+namespace tensoracle {
+
+// ---- enums (TensorRT's names and values) ------------------------------------------------
+
+enum class MatrixOperation : std::int32_t { kNONE = 0, kTRANSPOSE = 1, kVECTOR = 2 };
+
+enum class ElementWiseOperation : std::int32_t {
+  kSUM = 0, kPROD = 1, kMAX = 2, kMIN = 3, kSUB = 4, kDIV = 5, kPOW = 6, kFLOOR_DIV = 7,
+  kAND = 8, kOR = 9, kXOR = 10, kEQUAL = 11, kGREATER = 12, kLESS = 13,
+};
+
+enum class ActivationType : std::int32_t {
+  kRELU = 0, kSIGMOID = 1, kTANH = 2, kLEAKY_RELU = 3, kELU = 4, kSELU = 5, kSOFTSIGN = 6,
+  kSOFTPLUS = 7, kCLIP = 8, kHARD_SIGMOID = 9, kSCALED_TANH = 10, kTHRESHOLDED_RELU = 11,
+  kGELU_ERF = 12, kGELU_TANH = 13,
+};
+
+// Values are the index of the layer's parameters in LayerParams (append-only: stored in plans).
+enum class LayerType : std::int32_t {
+  kINPUT = 0,  // not a TensorRT layer: the producer of a network input
+  kCONSTANT = 1, kMATRIX_MULTIPLY = 2, kELEMENTWISE = 3, kACTIVATION = 4, kCAST = 5,
+  kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9,
+};
+
+// ---- layer parameters (value types; also the builder's IR parameters) -------------------
+
+struct Permutation {
+  std::array<std::int32_t, Dims::kMaxRank> order{0, 1, 2, 3, 4, 5, 6, 7};
+  bool operator==(const Permutation&) const = default;
+};
+
+struct InputParams {};
+struct ConstantParams {
+  Dims shape;
+  Weights weights;
+};
+struct MatrixMultiplyParams {
+  MatrixOperation op0 = MatrixOperation::kNONE;
+  MatrixOperation op1 = MatrixOperation::kNONE;
+};
+struct ElementWiseParams {
+  ElementWiseOperation op = ElementWiseOperation::kSUM;
+};
+struct ActivationParams {
+  ActivationType type = ActivationType::kRELU;
+  float alpha = 0.f;
+  float beta = 0.f;
+};
+struct CastParams {
+  DataType to = DataType::kFLOAT;
+};
+// Quantize: to is kINT8 or kFP8. Dequantize: to is kFLOAT, kHALF or kBF16. `axis` picks the
+// channel dimension when the scale has more than one element.
+struct QuantizeParams {
+  DataType to = DataType::kINT8;
+  std::int32_t axis = 1;
+};
+struct DequantizeParams {
+  DataType to = DataType::kFLOAT;
+  std::int32_t axis = 1;
+};
+struct ShuffleParams {
+  Permutation first_transpose;
+  std::optional<Dims> reshape_dims;  // 0 copies the input dim (when zero_is_placeholder), -1 infers
+  Permutation second_transpose;
+  bool zero_is_placeholder = true;
+};
+struct IdentityParams {};
+
+using LayerParams =
+    std::variant<InputParams, ConstantParams, MatrixMultiplyParams, ElementWiseParams,
+                 ActivationParams, CastParams, QuantizeParams, DequantizeParams, ShuffleParams,
+                 IdentityParams>;
+
+// ---- tensors and layers -----------------------------------------------------------------
+
+class Network;
+class Layer;
+
+class Tensor {
+ public:
+  const std::string& name() const noexcept { return name_; }
+  void set_name(std::string name);  // throws InvalidArgument for an empty name
+  DataType type() const noexcept { return type_; }
+  const Dims& dims() const noexcept { return dims_; }
+  // Only network inputs may be reshaped (as TensorRT allows); throws InvalidArgument otherwise.
+  void set_dims(const Dims& dims);
+  bool is_network_input() const noexcept;
+  bool is_network_output() const noexcept { return is_output_; }
+  Layer* producer() const noexcept { return producer_; }
+
+ private:
+  friend class Network;
+  friend class Layer;
+  Tensor(Network* net, Layer* producer, std::string name) : net_(net), producer_(producer), name_(std::move(name)) {}
+  Network* net_;
+  Layer* producer_;
+  std::string name_;
+  DataType type_ = DataType::kFLOAT;
+  Dims dims_;
+  bool is_output_ = false;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  LayerType type() const noexcept { return static_cast<LayerType>(params_.index()); }
+  const std::string& name() const noexcept { return name_; }
+  void set_name(std::string name);
+  int num_inputs() const noexcept { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const noexcept { return static_cast<int>(outputs_.size()); }
+  Tensor* get_input(int i) const;   // throws InvalidArgument when out of range
+  Tensor* get_output(int i) const;  // throws InvalidArgument when out of range
+  const LayerParams& params() const noexcept { return params_; }
+
+ protected:
+  Layer() = default;
+  // Re-validates with `p`; on success stores it and re-infers every later layer.
+  void update(LayerParams p);
+
+ private:
+  friend class Network;
+  Network* net_ = nullptr;
+  std::string name_;
+  LayerParams params_;
+  std::vector<Tensor*> inputs_;
+  std::vector<Tensor*> outputs_;
+};
+
+class ConstantLayer : public Layer {
+ public:
+  const Weights& weights() const { return std::get<ConstantParams>(params()).weights; }
+  const Dims& shape() const { return std::get<ConstantParams>(params()).shape; }
+};
+
+class MatrixMultiplyLayer : public Layer {
+ public:
+  MatrixOperation get_operation(int index) const;
+  void set_operation(int index, MatrixOperation op);
+};
+
+class ElementWiseLayer : public Layer {
+ public:
+  ElementWiseOperation operation() const { return std::get<ElementWiseParams>(params()).op; }
+  void set_operation(ElementWiseOperation op);
+};
+
+class ActivationLayer : public Layer {
+ public:
+  ActivationType activation_type() const { return std::get<ActivationParams>(params()).type; }
+  float alpha() const { return std::get<ActivationParams>(params()).alpha; }
+  float beta() const { return std::get<ActivationParams>(params()).beta; }
+  void set_activation_type(ActivationType t);
+  void set_alpha(float a);
+  void set_beta(float b);
+};
+
+class CastLayer : public Layer {
+ public:
+  DataType to_type() const { return std::get<CastParams>(params()).to; }
+  void set_to_type(DataType t);
+};
+
+class QuantizeLayer : public Layer {
+ public:
+  DataType to_type() const { return std::get<QuantizeParams>(params()).to; }
+  std::int32_t axis() const { return std::get<QuantizeParams>(params()).axis; }
+  void set_to_type(DataType t);
+  void set_axis(std::int32_t axis);
+};
+
+class DequantizeLayer : public Layer {
+ public:
+  DataType to_type() const { return std::get<DequantizeParams>(params()).to; }
+  std::int32_t axis() const { return std::get<DequantizeParams>(params()).axis; }
+  void set_to_type(DataType t);
+  void set_axis(std::int32_t axis);
+};
+
+class ShuffleLayer : public Layer {
+ public:
+  const ShuffleParams& shuffle() const { return std::get<ShuffleParams>(params()); }
+  void set_first_transpose(const Permutation& p);
+  void set_reshape_dims(const Dims& d);
+  void set_second_transpose(const Permutation& p);
+  void set_zero_is_placeholder(bool z);
+};
+
+class IdentityLayer : public Layer {};
+
+// ---- the network ------------------------------------------------------------------------
+
+class Network {
+ public:
+  Network();
+  ~Network();
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  // A network input of `type` and `dims` (-1: fixed at execution time within the profile).
+  Tensor* add_input(std::string name, DataType type, const Dims& dims);
+  // A constant; weights.count() must equal the volume of `shape`.
+  ConstantLayer* add_constant(const Dims& shape, Weights weights);
+  MatrixMultiplyLayer* add_matrix_multiply(Tensor* a, MatrixOperation op0, Tensor* b, MatrixOperation op1);
+  ElementWiseLayer* add_elementwise(Tensor* a, Tensor* b, ElementWiseOperation op);
+  ActivationLayer* add_activation(Tensor* x, ActivationType type);
+  CastLayer* add_cast(Tensor* x, DataType to);
+  // y = saturate(round_half_even(x / scale)) in `to` (kINT8 or kFP8); scale is a constant of
+  // one element (per tensor) or of dims[axis] elements (per channel).
+  QuantizeLayer* add_quantize(Tensor* x, Tensor* scale, DataType to);
+  // y = x * scale in `to` (kFLOAT, kHALF, kBF16).
+  DequantizeLayer* add_dequantize(Tensor* x, Tensor* scale, DataType to);
+  ShuffleLayer* add_shuffle(Tensor* x);
+  IdentityLayer* add_identity(Tensor* x);
+
+  void mark_output(Tensor* t);
+  void unmark_output(Tensor* t);
+
+  int num_layers() const noexcept { return static_cast<int>(layers_.size()); }
+  Layer* get_layer(int i) const;
+  int num_inputs() const noexcept { return static_cast<int>(inputs_.size()); }
+  Tensor* get_input(int i) const;
+  int num_outputs() const noexcept { return static_cast<int>(outputs_.size()); }
+  Tensor* get_output(int i) const;
+
+  const std::string& name() const noexcept { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+
+  // Re-runs validation of every layer (setters may invalidate later layers); throws
+  // InvalidArgument naming the first invalid layer. The builder calls it first.
+  void validate() const;
+
+ private:
+  friend class Layer;
+  friend class Tensor;
+  template <typename L>
+  L* add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs);
+  void infer(Layer& layer, const LayerParams& params);  // throws InvalidArgument
+  void reinfer_after(const Layer& layer);
+  void check_tensor(const Tensor* t, const std::string& layer, int index) const;
+  std::string unique_layer_name(LayerType type);
+
+  std::string name_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::unique_ptr<Tensor>> tensors_;
+  std::vector<Tensor*> inputs_;
+  std::vector<Tensor*> outputs_;
+  std::vector<std::string> invalid_;  // per layer: the error a later setter caused, or ""
+};
+
+std::string_view layer_type_name(LayerType t) noexcept;  // "matrix_multiply", ...
+
+}  // namespace tensoracle

@@ -1,0 +1,330 @@
+#include "tensoracle/network.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "graph/ops.h"
+#include "tensoracle/errors.h"
+
+namespace tensoracle {
+
+namespace {
+// The producer of a network input (not exposed: TensorRT has no such layer object).
+class InputLayer : public Layer {};
+constexpr std::string_view kLayerNames[] = {"input", "constant", "matrix_multiply", "elementwise", "activation",
+                                            "cast",  "quantize", "dequantize",      "shuffle",     "identity"};
+}  // namespace
+
+std::string_view layer_type_name(LayerType t) noexcept {
+  auto i = static_cast<std::size_t>(t);
+  return i < std::size(kLayerNames) ? kLayerNames[i] : "unknown";
+}
+
+// ---- Tensor -----------------------------------------------------------------------------
+
+void Tensor::set_name(std::string name) {
+  if (name.empty()) throw InvalidArgument("[network] tensor '" + name_ + "': a tensor name cannot be empty");
+  name_ = std::move(name);
+}
+
+bool Tensor::is_network_input() const noexcept {
+  return producer_ != nullptr && producer_->type() == LayerType::kINPUT;
+}
+
+void Tensor::set_dims(const Dims& dims) {
+  if (!is_network_input())
+    throw InvalidArgument("[network] tensor '" + name_ + "': only network inputs can be given new dims");
+  for (auto d : dims)
+    if (d < -1) throw InvalidArgument("[network] input '" + name_ + "': dims " + dims.str() + " hold " + std::to_string(d));
+  dims_ = dims;
+  net_->reinfer_after(*producer_);
+}
+
+// ---- Layer ------------------------------------------------------------------------------
+
+void Layer::set_name(std::string name) {
+  if (name.empty()) throw InvalidArgument("[network] layer '" + name_ + "': a layer name cannot be empty");
+  name_ = std::move(name);
+}
+
+Tensor* Layer::get_input(int i) const {
+  if (i < 0 || i >= num_inputs())
+    throw InvalidArgument("[network] layer '" + name_ + "': no input " + std::to_string(i) + " (it has " +
+                          std::to_string(num_inputs()) + ")");
+  return inputs_[static_cast<std::size_t>(i)];
+}
+
+Tensor* Layer::get_output(int i) const {
+  if (i < 0 || i >= num_outputs())
+    throw InvalidArgument("[network] layer '" + name_ + "': no output " + std::to_string(i) + " (it has " +
+                          std::to_string(num_outputs()) + ")");
+  return outputs_[static_cast<std::size_t>(i)];
+}
+
+void Layer::update(LayerParams p) {
+  net_->infer(*this, p);  // throws, leaving the layer unchanged
+  params_ = std::move(p);
+  net_->reinfer_after(*this);
+}
+
+MatrixOperation MatrixMultiplyLayer::get_operation(int index) const {
+  const auto& p = std::get<MatrixMultiplyParams>(params());
+  if (index != 0 && index != 1)
+    throw InvalidArgument("[network] layer '" + name() + "': operation index " + std::to_string(index) + " is not 0 or 1");
+  return index == 0 ? p.op0 : p.op1;
+}
+
+void MatrixMultiplyLayer::set_operation(int index, MatrixOperation op) {
+  auto p = std::get<MatrixMultiplyParams>(params());
+  if (index != 0 && index != 1)
+    throw InvalidArgument("[network] layer '" + name() + "': operation index " + std::to_string(index) + " is not 0 or 1");
+  (index == 0 ? p.op0 : p.op1) = op;
+  update(p);
+}
+
+void ElementWiseLayer::set_operation(ElementWiseOperation op) { update(ElementWiseParams{op}); }
+
+void ActivationLayer::set_activation_type(ActivationType t) {
+  auto p = std::get<ActivationParams>(params());
+  p.type = t;
+  update(p);
+}
+void ActivationLayer::set_alpha(float a) {
+  auto p = std::get<ActivationParams>(params());
+  p.alpha = a;
+  update(p);
+}
+void ActivationLayer::set_beta(float b) {
+  auto p = std::get<ActivationParams>(params());
+  p.beta = b;
+  update(p);
+}
+
+void CastLayer::set_to_type(DataType t) { update(CastParams{t}); }
+
+void QuantizeLayer::set_to_type(DataType t) {
+  auto p = std::get<QuantizeParams>(params());
+  p.to = t;
+  update(p);
+}
+void QuantizeLayer::set_axis(std::int32_t axis) {
+  auto p = std::get<QuantizeParams>(params());
+  p.axis = axis;
+  update(p);
+}
+void DequantizeLayer::set_to_type(DataType t) {
+  auto p = std::get<DequantizeParams>(params());
+  p.to = t;
+  update(p);
+}
+void DequantizeLayer::set_axis(std::int32_t axis) {
+  auto p = std::get<DequantizeParams>(params());
+  p.axis = axis;
+  update(p);
+}
+
+void ShuffleLayer::set_first_transpose(const Permutation& perm) {
+  auto p = shuffle();
+  p.first_transpose = perm;
+  update(p);
+}
+void ShuffleLayer::set_reshape_dims(const Dims& d) {
+  auto p = shuffle();
+  p.reshape_dims = d;
+  update(p);
+}
+void ShuffleLayer::set_second_transpose(const Permutation& perm) {
+  auto p = shuffle();
+  p.second_transpose = perm;
+  update(p);
+}
+void ShuffleLayer::set_zero_is_placeholder(bool z) {
+  auto p = shuffle();
+  p.zero_is_placeholder = z;
+  update(p);
+}
+
+// ---- Network ----------------------------------------------------------------------------
+
+Network::Network() = default;
+Network::~Network() = default;
+
+std::string Network::unique_layer_name(LayerType type) {
+  return std::string(layer_type_name(type)) + "_" + std::to_string(layers_.size());
+}
+
+void Network::check_tensor(const Tensor* t, const std::string& layer, int index) const {
+  if (t == nullptr)
+    throw InvalidArgument("[network] layer '" + layer + "': input " + std::to_string(index) + " is null");
+  if (t->net_ != this)
+    throw InvalidArgument("[network] layer '" + layer + "': input " + std::to_string(index) + " ('" + t->name() +
+                          "') belongs to another network");
+}
+
+void Network::infer(Layer& layer, const LayerParams& params) {
+  std::vector<graph::TensorDesc> in;
+  std::vector<graph::InputFacts> facts;
+  for (Tensor* t : layer.inputs_) {
+    in.push_back({t->type(), t->dims()});
+    facts.push_back({t->producer() != nullptr && t->producer()->type() == LayerType::kCONSTANT});
+  }
+  std::vector<graph::TensorDesc> out;
+  try {
+    out = graph::infer(params, in, facts);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("[network] layer '" + layer.name() + "' (" +
+                          std::string(layer_type_name(static_cast<LayerType>(params.index()))) + "): " + e.what());
+  }
+  for (std::size_t i = 0; i < out.size() && i < layer.outputs_.size(); ++i) {
+    layer.outputs_[i]->type_ = out[i].type;
+    layer.outputs_[i]->dims_ = out[i].dims;
+  }
+}
+
+template <typename L>
+L* Network::add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs) {
+  auto layer = std::make_unique<L>();
+  layer->net_ = this;
+  layer->name_ = unique_layer_name(type);
+  layer->params_ = std::move(params);
+  for (std::size_t i = 0; i < inputs.size(); ++i) check_tensor(inputs[i], layer->name_, static_cast<int>(i));
+  layer->inputs_ = std::move(inputs);
+  auto out = std::unique_ptr<Tensor>(new Tensor(this, layer.get(), layer->name_ + "_output"));
+  layer->outputs_.push_back(out.get());
+  infer(*layer, layer->params_);  // throws before anything is added
+  tensors_.push_back(std::move(out));
+  layers_.push_back(std::move(layer));
+  invalid_.emplace_back();
+  return static_cast<L*>(layers_.back().get());
+}
+
+Tensor* Network::add_input(std::string name, DataType type, const Dims& dims) {
+  if (name.empty()) throw InvalidArgument("[network] add_input: the input name is empty");
+  for (Tensor* t : inputs_)
+    if (t->name() == name) throw InvalidArgument("[network] add_input: an input named '" + name + "' exists already");
+  if (!is_valid(type)) throw InvalidArgument("[network] input '" + name + "': invalid data type");
+  for (auto d : dims)
+    if (d < -1) throw InvalidArgument("[network] input '" + name + "': dims " + dims.str() + " hold " + std::to_string(d));
+  auto layer = std::make_unique<InputLayer>();
+  layer->net_ = this;
+  layer->name_ = name;
+  layer->params_ = InputParams{};
+  auto t = std::unique_ptr<Tensor>(new Tensor(this, layer.get(), name));
+  t->type_ = type;
+  t->dims_ = dims;
+  layer->outputs_.push_back(t.get());
+  inputs_.push_back(t.get());
+  tensors_.push_back(std::move(t));
+  layers_.push_back(std::move(layer));
+  invalid_.emplace_back();
+  return inputs_.back();
+}
+
+ConstantLayer* Network::add_constant(const Dims& shape, Weights weights) {
+  return add_layer<ConstantLayer>(LayerType::kCONSTANT, ConstantParams{shape, std::move(weights)}, {});
+}
+
+MatrixMultiplyLayer* Network::add_matrix_multiply(Tensor* a, MatrixOperation op0, Tensor* b, MatrixOperation op1) {
+  return add_layer<MatrixMultiplyLayer>(LayerType::kMATRIX_MULTIPLY, MatrixMultiplyParams{op0, op1}, {a, b});
+}
+
+ElementWiseLayer* Network::add_elementwise(Tensor* a, Tensor* b, ElementWiseOperation op) {
+  return add_layer<ElementWiseLayer>(LayerType::kELEMENTWISE, ElementWiseParams{op}, {a, b});
+}
+
+ActivationLayer* Network::add_activation(Tensor* x, ActivationType type) {
+  // TensorRT's defaults: LEAKY_RELU alpha 0.01; ELU alpha 1; SELU alpha/beta of the paper;
+  // SOFTPLUS alpha 1 beta 1; CLIP [0, 0]; HARD_SIGMOID alpha 0.2 beta 0.5; SCALED_TANH 1, 1.
+  ActivationParams p{type, 0.f, 0.f};
+  switch (type) {
+    case ActivationType::kLEAKY_RELU: p.alpha = 0.01f; break;
+    case ActivationType::kELU: p.alpha = 1.f; break;
+    case ActivationType::kSELU: p.alpha = 1.6732632423543772f; p.beta = 1.0507009873554805f; break;
+    case ActivationType::kSOFTPLUS: case ActivationType::kSCALED_TANH: p.alpha = 1.f; p.beta = 1.f; break;
+    case ActivationType::kHARD_SIGMOID: p.alpha = 0.2f; p.beta = 0.5f; break;
+    default: break;
+  }
+  return add_layer<ActivationLayer>(LayerType::kACTIVATION, p, {x});
+}
+
+CastLayer* Network::add_cast(Tensor* x, DataType to) {
+  return add_layer<CastLayer>(LayerType::kCAST, CastParams{to}, {x});
+}
+
+QuantizeLayer* Network::add_quantize(Tensor* x, Tensor* scale, DataType to) {
+  return add_layer<QuantizeLayer>(LayerType::kQUANTIZE, QuantizeParams{to, 1}, {x, scale});
+}
+
+DequantizeLayer* Network::add_dequantize(Tensor* x, Tensor* scale, DataType to) {
+  return add_layer<DequantizeLayer>(LayerType::kDEQUANTIZE, DequantizeParams{to, 1}, {x, scale});
+}
+
+ShuffleLayer* Network::add_shuffle(Tensor* x) {
+  return add_layer<ShuffleLayer>(LayerType::kSHUFFLE, ShuffleParams{}, {x});
+}
+
+IdentityLayer* Network::add_identity(Tensor* x) {
+  return add_layer<IdentityLayer>(LayerType::kIDENTITY, IdentityParams{}, {x});
+}
+
+void Network::mark_output(Tensor* t) {
+  check_tensor(t, "mark_output", 0);
+  if (t->is_output_) return;
+  t->is_output_ = true;
+  outputs_.push_back(t);
+}
+
+void Network::unmark_output(Tensor* t) {
+  check_tensor(t, "unmark_output", 0);
+  if (!t->is_output_) throw InvalidArgument("[network] unmark_output: tensor '" + t->name() + "' is not an output");
+  t->is_output_ = false;
+  outputs_.erase(std::find(outputs_.begin(), outputs_.end(), t));
+}
+
+Layer* Network::get_layer(int i) const {
+  if (i < 0 || i >= num_layers()) throw InvalidArgument("[network] no layer " + std::to_string(i));
+  return layers_[static_cast<std::size_t>(i)].get();
+}
+Tensor* Network::get_input(int i) const {
+  if (i < 0 || i >= num_inputs()) throw InvalidArgument("[network] no input " + std::to_string(i));
+  return inputs_[static_cast<std::size_t>(i)];
+}
+Tensor* Network::get_output(int i) const {
+  if (i < 0 || i >= num_outputs()) throw InvalidArgument("[network] no output " + std::to_string(i));
+  return outputs_[static_cast<std::size_t>(i)];
+}
+
+void Network::reinfer_after(const Layer& changed) {
+  bool after = false;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    if (&l == &changed) {
+      after = true;
+      invalid_[i].clear();
+      continue;
+    }
+    if (!after || l.type() == LayerType::kINPUT) continue;
+    try {
+      infer(l, l.params_);
+      invalid_[i].clear();
+    } catch (const InvalidArgument& e) {
+      invalid_[i] = e.what();  // reported by validate(), i.e. when the network is built
+    }
+  }
+}
+
+void Network::validate() const {
+  for (const auto& msg : invalid_)
+    if (!msg.empty()) throw InvalidArgument(msg);
+  if (outputs_.empty()) throw InvalidArgument("[network] the network has no outputs (call mark_output)");
+  std::unordered_set<std::string> names;
+  for (Tensor* t : inputs_) names.insert(t->name());
+  for (Tensor* t : outputs_) {
+    if (t->is_network_input())
+      throw InvalidArgument("[network] output '" + t->name() + "' is a network input; add an identity layer");
+    if (!names.insert(t->name()).second)
+      throw InvalidArgument("[network] output '" + t->name() + "': another input or output has this name");
+  }
+}
+
+}  // namespace tensoracle
