@@ -53,7 +53,7 @@ TEST(SafetensorsWriter, LayoutMatchesOfficialWriter) {
                               {"c", st::Dtype::F16, {1}, bytes_of(c)},
                               {"e", st::Dtype::F32, {0, 3}, bytes_of(e)},
                               {"s", st::Dtype::F32, {}, bytes_of(s)}},
-                             {{"k", "v"}});
+                             st::Metadata{{"k", "v"}});
   EXPECT_EQ(header_of(bytes),
             R"({"__metadata__":{"k":"v"},"a":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
@@ -64,12 +64,14 @@ TEST(SafetensorsWriter, LayoutMatchesOfficialWriter) {
 }
 
 TEST(SafetensorsWriter, OrderFollowsOfficialDtypeRanking) {
-  // Official order, widest first: U64 I64 F64 C64 F32 U32 I32 BF16 F16 U16 I16 F8_E8M0
-  // F8_E4M3 F8_E5M2 I8 U8 F6_E3M2 F6_E2M3 F4 BOOL (observed from safetensors 0.8.0).
+  // Official order, widest first: U64 I64 F64 C64 F32 U32 I32 BF16 F16 U16 I16 F8_E5M2FNUZ
+  // F8_E4M3FNUZ F8_E8M0 F8_E4M3 F8_E5M2 I8 U8 F6_E3M2 F6_E2M3 F4 BOOL (observed from
+  // safetensors 0.8.0 with torch 2.13).
   std::vector<st::Dtype> expected = {
       st::Dtype::U64, st::Dtype::I64, st::Dtype::F64, st::Dtype::C64, st::Dtype::F32,
       st::Dtype::U32, st::Dtype::I32, st::Dtype::BF16, st::Dtype::F16, st::Dtype::U16,
-      st::Dtype::I16, st::Dtype::F8_E8M0, st::Dtype::F8_E4M3, st::Dtype::F8_E5M2,
+      st::Dtype::I16, st::Dtype::F8_E5M2FNUZ, st::Dtype::F8_E4M3FNUZ, st::Dtype::F8_E8M0,
+      st::Dtype::F8_E4M3, st::Dtype::F8_E5M2,
       st::Dtype::I8, st::Dtype::U8, st::Dtype::F6_E3M2, st::Dtype::F6_E2M3, st::Dtype::F4,
       st::Dtype::BOOL};
   std::vector<std::byte> zeros(64);
@@ -101,7 +103,7 @@ TEST(SafetensorsWriter, RoundTripsEveryDtypeThroughAFile) {
     in.push_back({std::string(st::dtype_name(d)), d, shape, payloads.back()});
   }
   auto path = dir.path / "all.safetensors";
-  st::save_file(path, in, {{"format", "pt"}, {"ünïcødé", "välue \"quoted\"\n"}});
+  st::save_file(path, in, st::Metadata{{"format", "pt"}, {"ünïcødé", "välue \"quoted\"\n"}});
   EXPECT_EQ(dir.names(), std::vector<std::string>{"all.safetensors"});  // no temporary left
 
   auto f = st::File::open(path);
@@ -121,7 +123,7 @@ TEST(SafetensorsWriter, RoundTripsEveryDtypeThroughAFile) {
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % std::max(1, st::dtype_bits(t.dtype) / 8), 0u);
   }
   // serialize() and save_file() produce the same bytes.
-  EXPECT_EQ(read_bytes(path), st::serialize(in, {{"format", "pt"}, {"ünïcødé", "välue \"quoted\"\n"}}));
+  EXPECT_EQ(read_bytes(path), st::serialize(in, st::Metadata{{"format", "pt"}, {"ünïcødé", "välue \"quoted\"\n"}}));
 }
 
 TEST(SafetensorsReader, TypedViewsAreZeroCopy) {

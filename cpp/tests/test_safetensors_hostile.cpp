@@ -228,9 +228,9 @@ std::vector<Case> hostile_cases() {
   add("F6ElementCountNotMultipleOf4", one(R"({"dtype":"F6_E2M3","shape":[2],"data_offsets":[0,2]})", 2),
       "tensor 't': shape [2] holds 2 elements of F6_E2M3 (6 bits each), which do not fill whole bytes");
   add("ShapeProductOverflows64Bits", one(t_f32("[4294967296,4294967296]", "[0,4]"), 4),
-      "tensor 't': shape [4294967296, 4294967296] of F32 overflows 64-bit element or bit counts");
+      "tensor 't': shape [4294967296, 4294967296] of F32 overflows 64-bit sizes");
   add("ShapeBytesOverflow64Bits", one(t_f32("[4611686018427387904]", "[0,4]"), 4),
-      "tensor 't': shape [4611686018427387904] of F32 overflows 64-bit element or bit counts");
+      "tensor 't': shape [4611686018427387904] of F32 overflows 64-bit sizes");
 
   // --- layout of the data section ------------------------------------------------------
   add("OffsetsBeyondDataSection", one(t_f32("[2]", "[0,8]"), 4),

@@ -125,13 +125,13 @@ void bind_safetensors(nb::module_& m) {
          const std::optional<st::Metadata>& metadata) {
         auto tensors = to_tensors(entries);
         nb::gil_scoped_release release;
-        st::save_file(path, tensors, metadata.value_or(st::Metadata{}));
+        st::save_file(path, tensors, metadata);
       },
       nb::arg("path"), nb::arg("entries"), nb::arg("metadata").none());
   m.def(
       "serialize",
       [](const std::vector<Entry>& entries, const std::optional<st::Metadata>& metadata) {
-        auto bytes = st::serialize(to_tensors(entries), metadata.value_or(st::Metadata{}));
+        auto bytes = st::serialize(to_tensors(entries), metadata);
         return nb::bytes(bytes.data(), bytes.size());
       },
       nb::arg("entries"), nb::arg("metadata").none());

@@ -65,9 +65,11 @@ enum class Dtype : std::uint8_t {
   F6_E2M3 = 17,   // float6, four elements in three bytes
   F6_E3M2 = 18,
   C64 = 19,       // complex64: two float32
+  F8_E4M3FNUZ = 20,  // fp8 variants without negative zero (AMD)
+  F8_E5M2FNUZ = 21,
 };
 
-inline constexpr int kDtypeCount = 20;
+inline constexpr int kDtypeCount = 22;
 
 // The format's name of a dtype ("F32", "BF16", ...).
 std::string_view dtype_name(Dtype dtype) noexcept;
@@ -209,18 +211,19 @@ struct TensorData {
 // Writes `tensors` and `metadata` to `path` atomically: a temporary file in the same folder,
 // fsync, rename over `path`, fsync of the folder. On any failure the temporary file is
 // removed, `path` is left as it was, and IoError (system call failed) or InvalidArgument
-// (bad tensor: duplicate or empty or "__metadata__" name, invalid UTF-8, negative dims,
-// byte length not shape × element size) is thrown.
+// (bad tensor: duplicate or "__metadata__" name, invalid UTF-8, negative dims, byte length
+// not shape × element size) is thrown. `metadata`: nullopt writes no "__metadata__" entry,
+// an empty map writes an empty one (as the official writer does for None and {}).
 //
 // The layout follows the official writer, so files are byte-identical to its output for the
 // same tensors (and at most one metadata entry): tensors sorted by the official writer's dtype
 // order (widest types first, so each stays aligned), then by name; "__metadata__" first in the header; header padded with spaces to a
 // multiple of 8 bytes so every tensor is aligned for its type.
 void save_file(const std::filesystem::path& path, const std::vector<TensorData>& tensors,
-               const Metadata& metadata = {});
+               const std::optional<Metadata>& metadata = std::nullopt);
 
 // The same bytes as save_file writes, in memory.
 std::vector<std::byte> serialize(const std::vector<TensorData>& tensors,
-                                 const Metadata& metadata = {});
+                                 const std::optional<Metadata>& metadata = std::nullopt);
 
 }  // namespace tensoracle::safetensors

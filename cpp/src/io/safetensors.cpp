@@ -34,16 +34,18 @@ struct DtypeRow {
 };
 
 constexpr std::array<DtypeRow, kDtypeCount> kDtypes{{
-    {Dtype::BOOL, "BOOL", 8, 0},      {Dtype::U8, "U8", 8, 4},
-    {Dtype::I8, "I8", 8, 5},          {Dtype::F8_E5M2, "F8_E5M2", 8, 6},
-    {Dtype::F8_E4M3, "F8_E4M3", 8, 7}, {Dtype::I16, "I16", 16, 9},
-    {Dtype::U16, "U16", 16, 10},      {Dtype::F16, "F16", 16, 11},
-    {Dtype::BF16, "BF16", 16, 12},    {Dtype::I32, "I32", 32, 13},
-    {Dtype::U32, "U32", 32, 14},      {Dtype::F32, "F32", 32, 15},
-    {Dtype::F64, "F64", 64, 17},      {Dtype::I64, "I64", 64, 18},
-    {Dtype::U64, "U64", 64, 19},      {Dtype::F8_E8M0, "F8_E8M0", 8, 8},
-    {Dtype::F4, "F4", 4, 1},          {Dtype::F6_E2M3, "F6_E2M3", 6, 2},
-    {Dtype::F6_E3M2, "F6_E3M2", 6, 3}, {Dtype::C64, "C64", 64, 16},
+    {Dtype::BOOL, "BOOL", 8, 0},        {Dtype::U8, "U8", 8, 4},
+    {Dtype::I8, "I8", 8, 5},            {Dtype::F8_E5M2, "F8_E5M2", 8, 6},
+    {Dtype::F8_E4M3, "F8_E4M3", 8, 7},  {Dtype::I16, "I16", 16, 11},
+    {Dtype::U16, "U16", 16, 12},        {Dtype::F16, "F16", 16, 13},
+    {Dtype::BF16, "BF16", 16, 14},      {Dtype::I32, "I32", 32, 15},
+    {Dtype::U32, "U32", 32, 16},        {Dtype::F32, "F32", 32, 17},
+    {Dtype::F64, "F64", 64, 19},        {Dtype::I64, "I64", 64, 20},
+    {Dtype::U64, "U64", 64, 21},        {Dtype::F8_E8M0, "F8_E8M0", 8, 8},
+    {Dtype::F4, "F4", 4, 1},            {Dtype::F6_E2M3, "F6_E2M3", 6, 2},
+    {Dtype::F6_E3M2, "F6_E3M2", 6, 3},  {Dtype::C64, "C64", 64, 18},
+    {Dtype::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8, 9},
+    {Dtype::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8, 10},
 }};
 
 constexpr bool table_is_indexed_by_value() {
@@ -94,6 +96,15 @@ struct Extent {
 
 Extent extent(Dtype dtype, const std::vector<std::int64_t>& shape) {
   Extent e;
+  // The product of the non-zero dims, in bytes, must fit a signed 64-bit size even for an
+  // empty tensor: readers (NumPy among them) size arrays from every dimension.
+  std::int64_t span = std::max(1, dtype_bits(dtype) / 8);
+  for (auto d : shape) {
+    if (__builtin_mul_overflow(span, std::max<std::int64_t>(d, 1), &span)) {
+      e.overflow = true;
+      return e;
+    }
+  }
   for (auto d : shape) {
     if (__builtin_mul_overflow(e.numel, static_cast<std::uint64_t>(d), &e.numel)) {
       e.overflow = true;
@@ -204,7 +215,7 @@ class HeaderHandler : public nlohmann::json_sax<json> {
       if (!d)
         return fail(tensor_prefix() + "unknown dtype " + quote_name(s) +
                     " (known: BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F4, F6_E2M3, F6_E3M2, "
-                    "F8_E5M2, F8_E4M3, F8_E8M0, F16, BF16, F32, F64, C64)");
+                    "F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F16, BF16, F32, F64, C64)");
       cur().dtype = *d;
       return true;
     }
@@ -377,7 +388,7 @@ void validate_tensors(const std::string& file, std::vector<TensorInfo>& tensors,
     Extent e = extent(t.dtype, t.shape);
     if (e.overflow)
       format_error(file, prefix + "shape " + shape_text(t.shape) + " of " +
-                             std::string(dtype_name(t.dtype)) + " overflows 64-bit element or bit counts");
+                             std::string(dtype_name(t.dtype)) + " overflows 64-bit sizes (its dimensions multiply past 2^63 bytes)");
     if (!e.nbytes)
       format_error(file, prefix + "shape " + shape_text(t.shape) + " holds " +
                              std::to_string(e.numel) + " elements of " +
@@ -501,7 +512,7 @@ struct Layout {
   std::vector<const TensorData*> order;  // data section order
 };
 
-Layout layout(const std::vector<TensorData>& tensors, const Metadata& metadata) {
+Layout layout(const std::vector<TensorData>& tensors, const std::optional<Metadata>& metadata) {
   Layout out;
   std::unordered_set<std::string_view> names;
   for (const auto& t : tensors) {
@@ -527,7 +538,7 @@ Layout layout(const std::vector<TensorData>& tensors, const Metadata& metadata) 
                             std::to_string(t.data.size()));
     out.order.push_back(&t);
   }
-  for (const auto& [k, v] : metadata)
+  for (const auto& [k, v] : metadata.value_or(Metadata{}))
     if (!core::valid_utf8(k) || !core::valid_utf8(v))
       throw InvalidArgument("[safetensors] metadata entry " + quote_name(k) + " is not valid UTF-8");
 
@@ -540,10 +551,10 @@ Layout layout(const std::vector<TensorData>& tensors, const Metadata& metadata) 
   std::string& h = out.header;
   h = "{";
   bool first = true;
-  if (!metadata.empty()) {
+  if (metadata) {
     h += "\"__metadata__\":{";
     bool mfirst = true;
-    for (const auto& [k, v] : metadata) {
+    for (const auto& [k, v] : *metadata) {
       if (!mfirst) h += ',';
       mfirst = false;
       core::append_json_string(h, k);
@@ -585,7 +596,7 @@ std::array<std::byte, 8> length_prefix(std::uint64_t n) {
 
 }  // namespace
 
-std::vector<std::byte> serialize(const std::vector<TensorData>& tensors, const Metadata& metadata) {
+std::vector<std::byte> serialize(const std::vector<TensorData>& tensors, const std::optional<Metadata>& metadata) {
   Layout l = layout(tensors, metadata);
   std::size_t total = 8 + l.header.size();
   for (const TensorData* t : l.order) total += t->data.size();
@@ -602,7 +613,7 @@ std::vector<std::byte> serialize(const std::vector<TensorData>& tensors, const M
 }
 
 void save_file(const std::filesystem::path& path, const std::vector<TensorData>& tensors,
-               const Metadata& metadata) {
+               const std::optional<Metadata>& metadata) {
   Layout l = layout(tensors, metadata);
   core::AtomicFile out(path, "safetensors");
   out.write(length_prefix(l.header.size()));

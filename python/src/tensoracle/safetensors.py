@@ -56,6 +56,8 @@ _NUMPY_DTYPES = {
     "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
     "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
     "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "F8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "F8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
 }
 _F4 = np.dtype(ml_dtypes.float4_e2m1fn)
 _NAMES = {dtype: name for name, dtype in _NUMPY_DTYPES.items()}
@@ -83,7 +85,12 @@ def _entries(tensors: Mapping[str, np.ndarray]):
     for name, value in tensors.items():
         if not isinstance(name, str):
             raise InvalidArgument(f"[safetensors] tensor names must be str, got {name!r}")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"[safetensors] tensor name {name!r} is not valid Unicode text") from None
         array = np.asarray(value)
+        shape = list(array.shape)  # before ascontiguousarray, which makes 0-d arrays 1-d
         dtype = array.dtype.newbyteorder("=") if array.dtype.byteorder == ">" else array.dtype
         if dtype not in _NAMES:
             raise InvalidArgument(
@@ -93,18 +100,24 @@ def _entries(tensors: Mapping[str, np.ndarray]):
         data = array.reshape(-1).view(np.uint8)
         if dtype == _F4:
             data = np.frombuffer(_native.pack_f4(data), dtype=np.uint8)
-        entries.append((name, _NAMES[dtype], list(array.shape), data))
+        entries.append((name, _NAMES[dtype], shape, data))
     return entries
 
 
 def _metadata(metadata: Optional[Mapping[str, str]]):
     if metadata is None:
         return None
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgument(f"[safetensors] metadata must be a dict of str -> str, got {type(metadata).__name__}")
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidArgument(
                 f"[safetensors] metadata must map str to str, got {key!r}: {type(value).__name__}"
             )
+        try:
+            key.encode("utf-8"), value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"[safetensors] metadata entry {key!r} is not valid Unicode text") from None
     return dict(metadata)
 
 

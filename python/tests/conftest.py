@@ -1,0 +1,41 @@
+"""Shared fixtures for tensoracle's Python tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _find_cli() -> tuple[str | None, list[str]]:
+    """The tensoracle CLI to test, and the places looked at (for the failure message)."""
+    tried = []
+    env = os.environ.get("TENSORACLE_CLI")
+    if env:
+        tried.append(f"$TENSORACLE_CLI={env}")
+        return (env if os.path.isfile(env) and os.access(env, os.X_OK) else None), tried
+    found = shutil.which("tensoracle")
+    tried.append("'tensoracle' on $PATH")
+    if found:
+        return found, tried
+    beside = Path(sys.executable).with_name("tensoracle")
+    tried.append(str(beside))
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside), tried
+    return None, tried
+
+
+@pytest.fixture(scope="session")
+def cli() -> str:
+    """Path of the `tensoracle` command-line tool; the test fails (never skips) without it."""
+    path, tried = _find_cli()
+    if path is None:
+        pytest.fail(
+            "the tensoracle CLI was not found (looked at: " + ", ".join(tried) + "). "
+            "Build and install it with `make python`, or point TENSORACLE_CLI at the binary.",
+            pytrace=False,
+        )
+    return path
