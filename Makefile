@@ -1,5 +1,6 @@
 # tensoracle — the two commands a fresh clone needs:
-#   make demo   set up (Debian packages, .venv), build, run the main example
+#   make demo   set up (Debian packages, .venv), build, run the main example (linear layer
+#               in four precisions)
 #   make test   set up, build, run every C++ and Python test that needs no GPU
 # Both are idempotent: steps whose inputs did not change are skipped.
 SHELL := /bin/bash
@@ -53,8 +54,11 @@ fuzz-build: setup
 test: cpp python fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) BUILD=$(BUILD) VENV=$(VENV) scripts/run-tests.sh
 
+# The main job: the linear layer in fp32, bf16, int8 and fp8 — built, saved, reopened in a
+# new process and compared (examples/linear_precisions.py), then one engine inspected.
 demo: cpp python
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) examples/safetensors_demo.py
+	$(PY) examples/linear_precisions.py --dir $(BUILD)/demo
+	$(VENV)/bin/tensoracle inspect $(BUILD)/demo/linear-int8.engine
 
 bench: python
 	$(PY) python/bench/bench_safetensors.py

@@ -11,11 +11,12 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip
 # Build tools (the package is built without isolation, so incremental builds reuse its folder).
 "${pip[@]}" install "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.26" ninja
-# Runtime and test dependencies, read from python/pyproject.toml.
+# Runtime, test and benchmark dependencies, read from python/pyproject.toml.
 deps=$("$venv/bin/python" - <<'PY'
 import tomllib
 p = tomllib.load(open("python/pyproject.toml", "rb"))["project"]
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))
+extras = p["optional-dependencies"]
+print("\n".join(p["dependencies"] + extras["test"] + extras["bench"]))
 PY
 )
 mapfile -t reqs <<<"$deps"

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tensoracle/engine.h"
 #include "tensoracle/safetensors.h"
 #include "tools/commands.h"
 
@@ -73,17 +74,57 @@ int inspect_text(const st::File& f) {
   return 0;
 }
 
+std::string dims_text(const Dims& d) { return d.str(); }
+
+int inspect_engine(const std::string& path, bool json) {
+  Engine e = Engine::load(path);
+  auto plan = nlohmann::ordered_json::parse(e.plan_json());
+  auto target = nlohmann::ordered_json::parse(e.target_json());
+  if (json) {
+    nlohmann::ordered_json j;
+    j["file"] = path;
+    j["format"] = "tensoracle engine";
+    j["format_version"] = kEngineFormatVersion;
+    j["target"] = target;
+    j["plan"] = plan;
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("file:     {}\n", path);
+  fmt::print("format:   tensoracle engine, version {}\n", kEngineFormatVersion);
+  fmt::print("target:   {} ({}, {})\n", target.value("backend", "?"), target.value("device", "?"),
+             target.value("arch", "?"));
+  fmt::print("inputs and outputs:\n");
+  for (const auto& t : e.io_tensors())
+    fmt::print("  {:<6} {:<20} {:<9} {}  min {} opt {} max {}\n", t.mode == TensorIOMode::kINPUT ? "input" : "output",
+               t.name, type_name(t.type), dims_text(t.dims), dims_text(t.min), dims_text(t.opt), dims_text(t.max));
+  auto layers = e.layers();
+  fmt::print("nodes:    {} (after fusion)\n", layers.size());
+  for (const auto& l : layers) {
+    std::string fused;
+    for (const auto& f : l.fused) fused += " + " + f;
+    fmt::print("  {:<24} {:<16} tactic {:<20}{}\n", l.name, l.type, l.tactic, fused.empty() ? "" : "  fused:" + fused.substr(2));
+  }
+  const auto& mem = plan["memory"];
+  fmt::print("memory:   activations {} bytes (sum of sizes {}), scratch {} bytes, weights {} bytes\n",
+             mem["arena_bytes"].get<std::uint64_t>(), mem["naive_bytes"].get<std::uint64_t>(),
+             mem["workspace_bytes"].get<std::uint64_t>(), e.weight_bytes());
+  return 0;
+}
+
 }  // namespace
 
 Command add_inspect(CLI::App& app) {
-  auto* sub = app.add_subcommand("inspect", "Show a safetensors file's metadata and tensors "
-                                            "(name, dtype, shape, bytes, file offset)");
+  auto* sub = app.add_subcommand("inspect", "Show an engine (format, target, I/O, fused nodes with tactics, "
+                                            "memory plan) or a safetensors file (metadata; each tensor's name, "
+                                            "dtype, shape, bytes, file offset)");
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  sub->add_option("FILE", *path, "safetensors file")->required();
+  sub->add_option("FILE", *path, "engine or safetensors file")->required();
   sub->add_flag("--json", *json, "print JSON instead of a table");
   return [path, json] {
     auto f = st::File::open(*path);
+    if (f.metadata().count("tensoracle.format")) return inspect_engine(*path, *json);
     return *json ? inspect_json(f) : inspect_text(f);
   };
 }

@@ -7,5 +7,7 @@ namespace tensoracle::python {
 
 void bind_errors(nanobind::module_& m);
 void bind_safetensors(nanobind::module_& m);
+void bind_network(nanobind::module_& m);
+void bind_engine(nanobind::module_& m);
 
 }  // namespace tensoracle::python

@@ -50,8 +50,40 @@ enum class ActivationType : std::int32_t {
 enum class LayerType : std::int32_t {
   kINPUT = 0,  // not a TensorRT layer: the producer of a network input
   kCONSTANT = 1, kMATRIX_MULTIPLY = 2, kELEMENTWISE = 3, kACTIVATION = 4, kCAST = 5,
-  kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9,
+  kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9, kUNARY = 10, kREDUCE = 11,
+  kSOFTMAX = 12, kCONCATENATION = 13, kSLICE = 14, kGATHER = 15, kSELECT = 16, kPADDING = 17,
+  kCONVOLUTION = 18, kDECONVOLUTION = 19, kPOOLING = 20, kNORMALIZATION = 21, kRESIZE = 22,
+  kEINSUM = 23,
 };
+
+enum class UnaryOperation : std::int32_t {
+  kEXP = 0, kLOG = 1, kSQRT = 2, kRECIP = 3, kABS = 4, kNEG = 5, kSIN = 6, kCOS = 7, kTAN = 8,
+  kSINH = 9, kCOSH = 10, kASIN = 11, kACOS = 12, kATAN = 13, kASINH = 14, kACOSH = 15,
+  kATANH = 16, kCEIL = 17, kFLOOR = 18, kERF = 19, kNOT = 20, kSIGN = 21, kROUND = 22,
+  kISINF = 23, kISNAN = 24,
+};
+
+enum class ReduceOperation : std::int32_t { kSUM = 0, kPROD = 1, kMAX = 2, kMIN = 3, kAVG = 4 };
+
+enum class PoolingType : std::int32_t { kMAX = 0, kAVERAGE = 1, kMAX_AVERAGE_BLEND = 2 };
+
+// How convolution, deconvolution and pooling pad: explicit pre/post padding with the output
+// size rounded down or up, or TensorRT's SAME modes (output = ceil(input / stride); the odd
+// padding element goes after (SAME_UPPER) or before (SAME_LOWER)).
+enum class PaddingMode : std::int32_t {
+  kEXPLICIT_ROUND_DOWN = 0, kEXPLICIT_ROUND_UP = 1, kSAME_UPPER = 2, kSAME_LOWER = 3,
+};
+
+enum class GatherMode : std::int32_t { kDEFAULT = 0, kELEMENT = 1, kND = 2 };
+
+// Slice: what an index outside the input reads. kSTRICT_BOUNDS (TensorRT's DEFAULT) refuses
+// such slices when the layer is added.
+enum class SampleMode : std::int32_t { kSTRICT_BOUNDS = 0, kWRAP = 1, kCLAMP = 2, kFILL = 3, kREFLECT = 4 };
+
+enum class InterpolationMode : std::int32_t { kNEAREST = 0, kLINEAR = 1, kCUBIC = 2 };
+enum class ResizeCoordinateTransformation : std::int32_t { kALIGN_CORNERS = 0, kASYMMETRIC = 1, kHALF_PIXEL = 2 };
+enum class ResizeSelector : std::int32_t { kFORMULA = 0, kUPPER = 1 };
+enum class ResizeRoundMode : std::int32_t { kHALF_UP = 0, kHALF_DOWN = 1, kFLOOR = 2, kCEIL = 3 };
 
 // ---- layer parameters (value types; also the builder's IR parameters) -------------------
 
@@ -98,10 +130,89 @@ struct ShuffleParams {
 };
 struct IdentityParams {};
 
+struct UnaryParams {
+  UnaryOperation op = UnaryOperation::kEXP;
+};
+// `axes` is a bit mask: bit i set reduces dimension i.
+struct ReduceParams {
+  ReduceOperation op = ReduceOperation::kSUM;
+  std::uint32_t axes = 1;
+  bool keep_dims = false;
+};
+struct SoftmaxParams {
+  std::uint32_t axes = 0;  // exactly one bit; 0 = TensorRT's default (rank - 3, or 0)
+};
+struct ConcatenationParams {
+  std::int32_t axis = -1000;  // -1000 = TensorRT's default (rank - 3, or 0)
+};
+// Output dims are `size`; element i of dimension d reads input index start[d] + i * stride[d],
+// mapped by `mode` when outside the input. kFILL reads the optional input 1 (a one-element
+// constant; 0 when absent).
+struct SliceParams {
+  Dims start, size, stride;
+  SampleMode mode = SampleMode::kSTRICT_BOUNDS;
+};
+struct GatherParams {
+  std::int32_t axis = 0;
+  GatherMode mode = GatherMode::kDEFAULT;
+  std::int32_t num_elementwise_dims = 0;
+};
+struct SelectParams {};
+// Zero padding of the innermost pre_padding.rank() dimensions; negative values crop.
+struct PaddingParams {
+  Dims pre_padding, post_padding;
+};
+// Inputs: x [N, C, spatial...], kernel [K, C / groups, k...], optional bias [K].
+struct ConvolutionParams {
+  std::int32_t num_output_maps = 0;
+  Dims kernel_size, stride, pre_padding, post_padding, dilation;
+  std::int32_t num_groups = 1;
+  PaddingMode padding_mode = PaddingMode::kEXPLICIT_ROUND_DOWN;
+};
+// Inputs: x [N, C, spatial...], kernel [C, K / groups, k...], optional bias [K].
+struct DeconvolutionParams {
+  std::int32_t num_output_maps = 0;
+  Dims kernel_size, stride, pre_padding, post_padding, dilation;
+  std::int32_t num_groups = 1;
+  PaddingMode padding_mode = PaddingMode::kEXPLICIT_ROUND_DOWN;
+};
+struct PoolingParams {
+  PoolingType type = PoolingType::kMAX;
+  Dims window, stride, pre_padding, post_padding;
+  PaddingMode padding_mode = PaddingMode::kEXPLICIT_ROUND_DOWN;
+  bool average_count_excludes_padding = true;
+  float blend_factor = 0.f;  // MAX_AVERAGE_BLEND: blend * max + (1 - blend) * average
+};
+// y = (x - mean) / sqrt(var + epsilon) * scale + bias, statistics over `axes` (bit mask), per
+// group of channels (dimension 1) when num_groups > 1. Inputs: x, scale, bias (broadcast to x).
+struct NormalizationParams {
+  std::uint32_t axes = 0;
+  float epsilon = 1e-5f;
+  std::int32_t num_groups = 1;
+};
+// Either output_dims or scales (one per dimension) gives the output size.
+struct ResizeParams {
+  std::optional<Dims> output_dims;
+  std::vector<float> scales;
+  InterpolationMode mode = InterpolationMode::kNEAREST;
+  ResizeCoordinateTransformation coordinate_transformation = ResizeCoordinateTransformation::kASYMMETRIC;
+  ResizeSelector selector_for_single_pixel = ResizeSelector::kFORMULA;
+  ResizeRoundMode nearest_rounding = ResizeRoundMode::kFLOOR;
+  float cubic_coeff = -0.75f;
+  bool operator==(const ResizeParams&) const = default;
+};
+// An Einstein summation over one or two inputs ("bij,bjk->bik"), lower-case letters only,
+// explicit output ("->"), no ellipsis.
+struct EinsumParams {
+  std::string equation;
+};
+
 using LayerParams =
     std::variant<InputParams, ConstantParams, MatrixMultiplyParams, ElementWiseParams,
                  ActivationParams, CastParams, QuantizeParams, DequantizeParams, ShuffleParams,
-                 IdentityParams>;
+                 IdentityParams, UnaryParams, ReduceParams, SoftmaxParams, ConcatenationParams,
+                 SliceParams, GatherParams, SelectParams, PaddingParams, ConvolutionParams,
+                 DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -119,6 +230,7 @@ class Tensor {
   bool is_network_input() const noexcept;
   bool is_network_output() const noexcept { return is_output_; }
   Layer* producer() const noexcept { return producer_; }
+  Network& network() const noexcept { return *net_; }
 
  private:
   friend class Network;
@@ -219,6 +331,29 @@ class ShuffleLayer : public Layer {
 
 class IdentityLayer : public Layer {};
 
+// Layers whose parameters are one struct get a typed getter and a re-validating setter.
+template <typename P>
+class ParamLayer : public Layer {
+ public:
+  const P& get() const { return std::get<P>(params()); }
+  void set(const P& p) { update(p); }
+};
+
+class UnaryLayer : public ParamLayer<UnaryParams> {};
+class ReduceLayer : public ParamLayer<ReduceParams> {};
+class SoftMaxLayer : public ParamLayer<SoftmaxParams> {};
+class ConcatenationLayer : public ParamLayer<ConcatenationParams> {};
+class SliceLayer : public ParamLayer<SliceParams> {};
+class GatherLayer : public ParamLayer<GatherParams> {};
+class SelectLayer : public ParamLayer<SelectParams> {};
+class PaddingLayer : public ParamLayer<PaddingParams> {};
+class ConvolutionLayer : public ParamLayer<ConvolutionParams> {};
+class DeconvolutionLayer : public ParamLayer<DeconvolutionParams> {};
+class PoolingLayer : public ParamLayer<PoolingParams> {};
+class NormalizationLayer : public ParamLayer<NormalizationParams> {};
+class ResizeLayer : public ParamLayer<ResizeParams> {};
+class EinsumLayer : public ParamLayer<EinsumParams> {};
+
 // ---- the network ------------------------------------------------------------------------
 
 class Network {
@@ -243,6 +378,27 @@ class Network {
   DequantizeLayer* add_dequantize(Tensor* x, Tensor* scale, DataType to);
   ShuffleLayer* add_shuffle(Tensor* x);
   IdentityLayer* add_identity(Tensor* x);
+  UnaryLayer* add_unary(Tensor* x, UnaryOperation op);
+  ReduceLayer* add_reduce(Tensor* x, ReduceOperation op, std::uint32_t axes, bool keep_dims);
+  SoftMaxLayer* add_softmax(Tensor* x);
+  ConcatenationLayer* add_concatenation(const std::vector<Tensor*>& inputs);
+  // Static start/size/stride (rank of x each).
+  SliceLayer* add_slice(Tensor* x, const Dims& start, const Dims& size, const Dims& stride);
+  GatherLayer* add_gather(Tensor* data, Tensor* indices, std::int32_t axis);
+  GatherLayer* add_gather_v2(Tensor* data, Tensor* indices, GatherMode mode);
+  SelectLayer* add_select(Tensor* condition, Tensor* then_input, Tensor* else_input);
+  PaddingLayer* add_padding_nd(Tensor* x, const Dims& pre_padding, const Dims& post_padding);
+  // Kernel and bias become constant inputs 1 and 2 (an empty bias: no input 2).
+  ConvolutionLayer* add_convolution_nd(Tensor* x, std::int32_t num_output_maps, const Dims& kernel_size,
+                                       Weights kernel, Weights bias);
+  DeconvolutionLayer* add_deconvolution_nd(Tensor* x, std::int32_t num_output_maps, const Dims& kernel_size,
+                                           Weights kernel, Weights bias);
+  PoolingLayer* add_pooling_nd(Tensor* x, PoolingType type, const Dims& window);
+  NormalizationLayer* add_normalization(Tensor* x, Tensor* scale, Tensor* bias, std::uint32_t axes);
+  ResizeLayer* add_resize(Tensor* x);
+  EinsumLayer* add_einsum(const std::vector<Tensor*>& inputs, std::string equation);
+  // Sets a layer input (only kFILL slices' input 1 so far); throws InvalidArgument.
+  void set_layer_input(Layer* layer, int index, Tensor* t);
 
   void mark_output(Tensor* t);
   void unmark_output(Tensor* t);
@@ -266,10 +422,13 @@ class Network {
   friend class Tensor;
   template <typename L>
   L* add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs);
-  void infer(Layer& layer, const LayerParams& params);  // throws InvalidArgument
+  // Throws InvalidArgument naming the layer; `full` adds the checks deferred to build time.
+  void infer(Layer& layer, const LayerParams& params, bool full = false) const;
   void reinfer_after(const Layer& layer);
   void check_tensor(const Tensor* t, const std::string& layer, int index) const;
   std::string unique_layer_name(LayerType type);
+  Tensor* add_hidden_constant(const std::string& name, const Dims& shape, Weights w);
+  int position(const Layer* l) const;
 
   std::string name_;
   std::vector<std::unique_ptr<Layer>> layers_;

@@ -11,8 +11,12 @@ namespace tensoracle {
 namespace {
 // The producer of a network input (not exposed: TensorRT has no such layer object).
 class InputLayer : public Layer {};
-constexpr std::string_view kLayerNames[] = {"input", "constant", "matrix_multiply", "elementwise", "activation",
-                                            "cast",  "quantize", "dequantize",      "shuffle",     "identity"};
+constexpr std::string_view kLayerNames[] = {
+    "input",   "constant", "matrix_multiply", "elementwise",   "activation",  "cast",   "quantize",
+    "dequantize", "shuffle", "identity",      "unary",         "reduce",      "softmax", "concatenation",
+    "slice",   "gather",   "select",          "padding",       "convolution", "deconvolution", "pooling",
+    "normalization", "resize", "einsum"};
+static_assert(std::size(kLayerNames) == std::variant_size_v<LayerParams>);
 }  // namespace
 
 std::string_view layer_type_name(LayerType t) noexcept {
@@ -161,7 +165,7 @@ void Network::check_tensor(const Tensor* t, const std::string& layer, int index)
                           "') belongs to another network");
 }
 
-void Network::infer(Layer& layer, const LayerParams& params) {
+void Network::infer(Layer& layer, const LayerParams& params, bool full) const {
   std::vector<graph::TensorDesc> in;
   std::vector<graph::InputFacts> facts;
   for (Tensor* t : layer.inputs_) {
@@ -170,7 +174,7 @@ void Network::infer(Layer& layer, const LayerParams& params) {
   }
   std::vector<graph::TensorDesc> out;
   try {
-    out = graph::infer(params, in, facts);
+    out = graph::infer(params, in, facts, full);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument("[network] layer '" + layer.name() + "' (" +
                           std::string(layer_type_name(static_cast<LayerType>(params.index()))) + "): " + e.what());
@@ -267,6 +271,125 @@ IdentityLayer* Network::add_identity(Tensor* x) {
   return add_layer<IdentityLayer>(LayerType::kIDENTITY, IdentityParams{}, {x});
 }
 
+UnaryLayer* Network::add_unary(Tensor* x, UnaryOperation op) {
+  return add_layer<UnaryLayer>(LayerType::kUNARY, UnaryParams{op}, {x});
+}
+
+ReduceLayer* Network::add_reduce(Tensor* x, ReduceOperation op, std::uint32_t axes, bool keep_dims) {
+  return add_layer<ReduceLayer>(LayerType::kREDUCE, ReduceParams{op, axes, keep_dims}, {x});
+}
+
+SoftMaxLayer* Network::add_softmax(Tensor* x) { return add_layer<SoftMaxLayer>(LayerType::kSOFTMAX, SoftmaxParams{}, {x}); }
+
+ConcatenationLayer* Network::add_concatenation(const std::vector<Tensor*>& inputs) {
+  if (inputs.empty()) throw InvalidArgument("[network] add_concatenation: no inputs");
+  return add_layer<ConcatenationLayer>(LayerType::kCONCATENATION, ConcatenationParams{}, inputs);
+}
+
+SliceLayer* Network::add_slice(Tensor* x, const Dims& start, const Dims& size, const Dims& stride) {
+  return add_layer<SliceLayer>(LayerType::kSLICE, SliceParams{start, size, stride, SampleMode::kSTRICT_BOUNDS}, {x});
+}
+
+GatherLayer* Network::add_gather(Tensor* data, Tensor* indices, std::int32_t axis) {
+  return add_layer<GatherLayer>(LayerType::kGATHER, GatherParams{axis, GatherMode::kDEFAULT, 0}, {data, indices});
+}
+
+GatherLayer* Network::add_gather_v2(Tensor* data, Tensor* indices, GatherMode mode) {
+  return add_layer<GatherLayer>(LayerType::kGATHER, GatherParams{0, mode, 0}, {data, indices});
+}
+
+SelectLayer* Network::add_select(Tensor* condition, Tensor* then_input, Tensor* else_input) {
+  return add_layer<SelectLayer>(LayerType::kSELECT, SelectParams{}, {condition, then_input, else_input});
+}
+
+PaddingLayer* Network::add_padding_nd(Tensor* x, const Dims& pre, const Dims& post) {
+  return add_layer<PaddingLayer>(LayerType::kPADDING, PaddingParams{pre, post}, {x});
+}
+
+int Network::position(const Layer* l) const {
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].get() == l) return static_cast<int>(i);
+  return -1;
+}
+
+Tensor* Network::add_hidden_constant(const std::string& name, const Dims& shape, Weights w) {
+  auto* c = add_constant(shape, std::move(w));
+  c->set_name(name);
+  c->get_output(0)->set_name(name);
+  return c->get_output(0);
+}
+
+namespace {
+Dims flat(std::int64_t n) { return Dims{n}; }
+}  // namespace
+
+ConvolutionLayer* Network::add_convolution_nd(Tensor* x, std::int32_t maps, const Dims& kernel_size, Weights kernel,
+                                              Weights bias) {
+  std::string name = unique_layer_name(LayerType::kCONVOLUTION);
+  check_tensor(x, name, 0);
+  std::vector<Tensor*> in{x, add_hidden_constant(name + ".kernel", flat(kernel.count()), std::move(kernel))};
+  if (bias.count() > 0) in.push_back(add_hidden_constant(name + ".bias", flat(bias.count()), std::move(bias)));
+  ConvolutionParams p;
+  p.num_output_maps = maps;
+  p.kernel_size = kernel_size;
+  return add_layer<ConvolutionLayer>(LayerType::kCONVOLUTION, p, in);
+}
+
+DeconvolutionLayer* Network::add_deconvolution_nd(Tensor* x, std::int32_t maps, const Dims& kernel_size, Weights kernel,
+                                                  Weights bias) {
+  std::string name = unique_layer_name(LayerType::kDECONVOLUTION);
+  check_tensor(x, name, 0);
+  std::vector<Tensor*> in{x, add_hidden_constant(name + ".kernel", flat(kernel.count()), std::move(kernel))};
+  if (bias.count() > 0) in.push_back(add_hidden_constant(name + ".bias", flat(bias.count()), std::move(bias)));
+  DeconvolutionParams p;
+  p.num_output_maps = maps;
+  p.kernel_size = kernel_size;
+  return add_layer<DeconvolutionLayer>(LayerType::kDECONVOLUTION, p, in);
+}
+
+PoolingLayer* Network::add_pooling_nd(Tensor* x, PoolingType type, const Dims& window) {
+  PoolingParams p;
+  p.type = type;
+  p.window = window;
+  return add_layer<PoolingLayer>(LayerType::kPOOLING, p, {x});
+}
+
+NormalizationLayer* Network::add_normalization(Tensor* x, Tensor* scale, Tensor* bias, std::uint32_t axes) {
+  NormalizationParams p;
+  p.axes = axes;
+  return add_layer<NormalizationLayer>(LayerType::kNORMALIZATION, p, {x, scale, bias});
+}
+
+ResizeLayer* Network::add_resize(Tensor* x) {
+  ResizeParams p;
+  check_tensor(x, "add_resize", 0);
+  p.output_dims = x->dims();  // TensorRT's default: the input's dims (set output dims or scales)
+  return add_layer<ResizeLayer>(LayerType::kRESIZE, p, {x});
+}
+
+EinsumLayer* Network::add_einsum(const std::vector<Tensor*>& inputs, std::string equation) {
+  return add_layer<EinsumLayer>(LayerType::kEINSUM, EinsumParams{std::move(equation)}, inputs);
+}
+
+void Network::set_layer_input(Layer* layer, int index, Tensor* t) {
+  if (layer == nullptr || layer->net_ != this) throw InvalidArgument("[network] set_input: the layer is not in this network");
+  check_tensor(t, layer->name(), index);
+  if (index < 0 || index > layer->num_inputs())
+    throw InvalidArgument("[network] layer '" + layer->name() + "': set_input index " + std::to_string(index) + " is out of range");
+  if (position(t->producer()) > position(layer))
+    throw InvalidArgument("[network] layer '" + layer->name() + "': input '" + t->name() + "' is produced after the layer");
+  auto saved = layer->inputs_;
+  if (index == layer->num_inputs()) layer->inputs_.push_back(t);
+  else layer->inputs_[static_cast<std::size_t>(index)] = t;
+  try {
+    infer(*layer, layer->params_);
+  } catch (...) {
+    layer->inputs_ = saved;
+    throw;
+  }
+  reinfer_after(*layer);
+}
+
 void Network::mark_output(Tensor* t) {
   check_tensor(t, "mark_output", 0);
   if (t->is_output_) return;
@@ -316,6 +439,9 @@ void Network::reinfer_after(const Layer& changed) {
 void Network::validate() const {
   for (const auto& msg : invalid_)
     if (!msg.empty()) throw InvalidArgument(msg);
+  // The checks deferred while properties were being set (see graph::infer).
+  for (const auto& l : layers_)
+    if (l->type() != LayerType::kINPUT && l->type() != LayerType::kCONSTANT) infer(*l, l->params_, true);
   if (outputs_.empty()) throw InvalidArgument("[network] the network has no outputs (call mark_output)");
   std::unordered_set<std::string> names;
   for (Tensor* t : inputs_) names.insert(t->name());

@@ -53,7 +53,7 @@ Dims permute(const Dims& d, const Permutation& p) {
 
 // Quantize/dequantize scale: a constant of one element, or 1-D of dims[axis] elements.
 void check_scale(const TensorDesc& x, const TensorDesc& scale, const InputFacts& fact, std::int32_t axis,
-                 DataType value_type) {
+                 DataType value_type, bool full) {
   if (!fact.is_constant) invalid("input 1 (scale) must be a constant (add_constant), as TensorRT requires");
   if (!is_float16ish_or_32(scale.type))
     invalid("input 1 (scale) has type " + tname(scale.type) + "; scales are float32, float16 or bfloat16");
@@ -61,7 +61,10 @@ void check_scale(const TensorDesc& x, const TensorDesc& scale, const InputFacts&
     invalid("input 1 (scale) has type " + tname(scale.type) + "; it must be float32 or " + tname(value_type));
   std::int64_t n = scale.dims.volume();
   if (n == 1) return;
+  if (scale.dims.rank() != 1)
+    invalid("input 1 (scale) has dims " + scale.dims.str() + "; scales are one element or 1-D (per channel)");
   int a = normalize_axis(axis, x.dims.rank(), "axis");
+  if (!full) return;  // the axis may still be set: its size is checked when the network is built
   if (scale.dims.rank() != 1 || x.dims[a] < 0 || n != x.dims[a])
     invalid("input 1 (scale) has dims " + scale.dims.str() + "; per-channel scales need 1-D dims (" +
             std::to_string(x.dims[a]) + ") matching input 0's axis " + std::to_string(a) + " of " + x.dims.str());
@@ -163,7 +166,10 @@ int input_count(LayerType type) noexcept {
   switch (type) {
     case LayerType::kINPUT: case LayerType::kCONSTANT: return 0;
     case LayerType::kMATRIX_MULTIPLY: case LayerType::kELEMENTWISE: case LayerType::kQUANTIZE:
-    case LayerType::kDEQUANTIZE: return 2;
+    case LayerType::kDEQUANTIZE: case LayerType::kGATHER: case LayerType::kCONVOLUTION:
+    case LayerType::kDECONVOLUTION: return 2;
+    case LayerType::kSELECT: case LayerType::kNORMALIZATION: return 3;
+    case LayerType::kCONCATENATION: case LayerType::kEINSUM: return -1;  // one or more
     default: return 1;
   }
 }
@@ -183,7 +189,24 @@ Dims broadcast_dims(const Dims& a, const Dims& b) {
   return out;
 }
 
-Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder) {
+Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder, bool full) {
+  if (!full) {
+    // Always wrong, whatever the other properties: more than one -1, dims below -1.
+    int minus_ones = 0;
+    for (auto v : spec) {
+      if (v < -1) invalid("reshape_dims " + spec.str() + " has negative dimension " + std::to_string(v));
+      minus_ones += v == -1;
+    }
+    if (minus_ones > 1) invalid("reshape_dims " + spec.str() + " has more than one -1");
+    try {
+      return reshape_dims(input, spec, zero_is_placeholder, true);
+    } catch (const InvalidArgument&) {
+      Dims out = spec;  // other properties may still change: resolved when the network is built
+      for (int i = 0; i < spec.rank(); ++i)
+        if (spec[i] == -1 || (spec[i] == 0 && zero_is_placeholder)) out[i] = i < input.rank() && spec[i] == 0 ? input[i] : -1;
+      return out;
+    }
+  }
   Dims out = spec;
   int infer_at = -1;
   std::int64_t known = 1;
@@ -223,7 +246,7 @@ Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder)
 }
 
 std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorDesc> in,
-                              std::span<const InputFacts> facts) {
+                              std::span<const InputFacts> facts, bool full) {
   return std::visit(
       [&](const auto& p) -> std::vector<TensorDesc> {
         using P = std::decay_t<decltype(p)>;
@@ -252,25 +275,26 @@ std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorD
           require_float(in[0], 0, "quantize");
           if (p.to != DataType::kINT8 && p.to != DataType::kFP8)
             invalid("to_type " + tname(p.to) + " is not a quantized type; use int8 or fp8");
-          check_scale(in[0], in[1], facts[1], p.axis, in[0].type);
+          check_scale(in[0], in[1], facts[1], p.axis, in[0].type, full);
           return {{p.to, in[0].dims}};
         } else if constexpr (std::is_same_v<P, DequantizeParams>) {
           if (in[0].type != DataType::kINT8 && in[0].type != DataType::kFP8)
             invalid("input 0 has type " + tname(in[0].type) + "; dequantize takes int8 or fp8");
           if (!is_float16ish_or_32(p.to))
             invalid("to_type " + tname(p.to) + " is not float32, float16 or bfloat16");
-          check_scale(in[0], in[1], facts[1], p.axis, p.to);
+          check_scale(in[0], in[1], facts[1], p.axis, p.to, full);
           return {{p.to, in[0].dims}};
         } else if constexpr (std::is_same_v<P, ShuffleParams>) {
           int rank = in[0].dims.rank();
           check_perm(p.first_transpose, rank, "first_transpose");
           Dims d = permute(in[0].dims, p.first_transpose);
-          if (p.reshape_dims) d = reshape_dims(d, *p.reshape_dims, p.zero_is_placeholder);
+          if (p.reshape_dims) d = reshape_dims(d, *p.reshape_dims, p.zero_is_placeholder, full);
           check_perm(p.second_transpose, d.rank(), "second_transpose");
           return {{in[0].type, permute(d, p.second_transpose)}};
-        } else {
-          static_assert(std::is_same_v<P, IdentityParams>);
+        } else if constexpr (std::is_same_v<P, IdentityParams>) {
           return {in[0]};
+        } else {
+          return infer_more(p, in, facts);
         }
       },
       params);

@@ -23,8 +23,11 @@ struct InputFacts {
 
 // Output descriptions of a layer with `params` applied to `inputs`. Throws InvalidArgument with
 // a message that names the input or parameter but not the layer (the caller prefixes it).
+// `full` = false skips the checks TensorRT defers to build time, so that a layer's properties
+// can be set in any order: a per-channel scale against the channel axis, a shuffle's reshape
+// against the input's volume (its unresolved dims are then -1).
 std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorDesc> inputs,
-                              std::span<const InputFacts> facts);
+                              std::span<const InputFacts> facts, bool full = true);
 
 // Number of inputs a layer kind takes.
 int input_count(LayerType type) noexcept;
@@ -33,9 +36,47 @@ int input_count(LayerType type) noexcept;
 // Throws InvalidArgument describing the mismatch.
 Dims broadcast_dims(const Dims& a, const Dims& b);
 
-// Resolves a shuffle's reshape dims for `input` (handles 0 and -1). Throws InvalidArgument.
-Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder);
+// Resolves a shuffle's reshape dims for `input` (handles 0 and -1). Throws InvalidArgument; with
+// `full` = false, a volume mismatch or a 0 beyond the input's rank gives -1 dims instead.
+Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder, bool full = true);
 
 std::string perm_text(const Permutation& p, int rank);
+
+// Inference of the layers beyond the core set (ops_more.cpp), one overload per layer kind.
+#define TENSORACLE_INFER_MORE(P) \
+  std::vector<TensorDesc> infer_more(const P& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts);
+TENSORACLE_INFER_MORE(UnaryParams)
+TENSORACLE_INFER_MORE(ReduceParams)
+TENSORACLE_INFER_MORE(SoftmaxParams)
+TENSORACLE_INFER_MORE(ConcatenationParams)
+TENSORACLE_INFER_MORE(SliceParams)
+TENSORACLE_INFER_MORE(GatherParams)
+TENSORACLE_INFER_MORE(SelectParams)
+TENSORACLE_INFER_MORE(PaddingParams)
+TENSORACLE_INFER_MORE(ConvolutionParams)
+TENSORACLE_INFER_MORE(DeconvolutionParams)
+TENSORACLE_INFER_MORE(PoolingParams)
+TENSORACLE_INFER_MORE(NormalizationParams)
+TENSORACLE_INFER_MORE(ResizeParams)
+TENSORACLE_INFER_MORE(EinsumParams)
+#undef TENSORACLE_INFER_MORE
+
+// The pre padding a window layer (convolution, pooling; deconvolution when `transposed`) applies
+// to each spatial dimension of input `x`, for every PaddingMode (SAME: computed from the sizes).
+// Defaults: stride and dilation 1, padding 0.
+Dims window_pre_padding(const Dims& x, const Dims& kernel, const Dims& stride, const Dims& pre, const Dims& post,
+                        const Dims& dilation, PaddingMode mode, bool transposed);
+
+// TensorRT's default axis for softmax and concatenation: rank - 3, or 0 below rank 3.
+int default_axis(int rank);
+int softmax_axis(const SoftmaxParams& p, int rank);
+int concat_axis(const ConcatenationParams& p, int rank);
+
+// A parsed einsum equation: one letter string per operand and for the output.
+struct EinsumSpec {
+  std::vector<std::string> operands;
+  std::string output;
+};
+EinsumSpec parse_einsum(const std::string& equation, std::size_t inputs);
 
 }  // namespace tensoracle::graph

@@ -1,12 +1,27 @@
 """tensoracle: build, save, reuse and execute inference engines from safetensors weights.
 
-This package is a thin layer over the C++ core (``tensoracle._native``). Available now:
+This package is a thin layer over the C++ core (``tensoracle._native``):
 
+- :func:`build_serialized_engine` turns a graph function (TensorRT's network API, see
+  :mod:`tensoracle.trt`) and an :class:`EngineBuild` into engine bytes;
+  :func:`deserialize_engine` / :func:`load_engine` open them; ``engine.create_execution()``
+  runs them (``Execution.run({name: array})`` on NumPy arrays).
 - :mod:`tensoracle.safetensors` — hardened, zero-copy safetensors reading and atomic writing.
 - The error classes below, shared by every part of tensoracle.
 """
 
 from tensoracle._native import (
+    BuilderSettings,
+    Engine,
+    EngineBuild,
+    Execution,
+    InputShape,
+    INetworkDefinition as Network,
+    IOTensorInfo,
+    LayerInfo,
+    build_serialized_engine,
+    cpu_threads,
+    set_cpu_threads,
     BuildError,
     CorruptEngineError,
     EngineIOError,
@@ -20,9 +35,25 @@ from tensoracle._native import (
 )
 from tensoracle import safetensors
 
+deserialize_engine = Engine.deserialize
+load_engine = Engine.load
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "BuilderSettings",
+    "Engine",
+    "EngineBuild",
+    "Execution",
+    "InputShape",
+    "IOTensorInfo",
+    "LayerInfo",
+    "Network",
+    "build_serialized_engine",
+    "cpu_threads",
+    "deserialize_engine",
+    "set_cpu_threads",
+    "load_engine",
     "BuildError",
     "CorruptEngineError",
     "EngineIOError",

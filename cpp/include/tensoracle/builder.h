@@ -1,0 +1,66 @@
+// tensoracle/builder.h — turn a graph function into a serialized engine.
+//
+//   tensoracle::EngineBuild decl;
+//   decl.inputs["features"] = tensoracle::InputShape::fixed({16, 32});
+//   decl.settings.optimization_level = 0;
+//   std::vector<std::byte> engine = tensoracle::build_serialized_engine(
+//       [&](tensoracle::Network& net) { /* add_input, add_matrix_multiply, mark_output ... */ },
+//       decl);
+//
+// The graph function is called once, with an empty Network that lives for the duration of the
+// call. The builder validates the declaration against the network (InvalidArgument), runs its
+// passes (dead code, constant folding, pointwise fusion), picks a tactic per node on the
+// chosen backend, plans activation memory, and serialises everything into one engine file
+// (see engine.h). A network the backend cannot run raises BuildError.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensoracle/network.h"
+#include "tensoracle/types.h"
+
+namespace tensoracle {
+
+// The shapes an input may take at execution time: min <= opt <= max elementwise. The engine is
+// tuned for `opt` and sized for `max`.
+struct InputShape {
+  Dims min, opt, max;
+  static InputShape fixed(const Dims& dims) { return {dims, dims, dims}; }
+  static InputShape ranged(const Dims& min, const Dims& opt, const Dims& max) { return {min, opt, max}; }
+  bool is_fixed() const { return min == opt && opt == max; }
+};
+
+struct BuilderSettings {
+  int optimization_level = 3;      // 0..5: 0 takes the first tactic, >= 2 times candidates
+  std::string device = "auto";     // "cpu", "cuda:N", or "auto" (a GPU when one is usable)
+  std::uint64_t workspace_limit = 0;  // bytes of activation + scratch memory; 0 = no limit
+  bool tf32 = false;               // must stay false: TF32 is never used
+  bool verbose = false;            // log each pass's rewrites to stderr
+
+  // Throws InvalidArgument for tf32 = true or optimization_level outside 0..5.
+  void validate() const;
+};
+
+struct EngineBuild {
+  std::map<std::string, InputShape> inputs;
+  BuilderSettings settings;
+
+  // A canonical, deterministic text of the declaration (for cache identities).
+  std::string canonical() const;
+};
+
+using GraphFunction = std::function<void(Network&)>;
+
+// Builds and serialises an engine. Throws InvalidArgument for an invalid declaration or network
+// (unknown or missing input, rank mismatch, min > opt or opt > max, a static dim contradicted,
+// tf32 = true, optimization_level outside 0..5), BuildError when the build cannot be done.
+// `plugins` names plugin libraries (not supported yet: a non-empty list raises UnsupportedError).
+std::vector<std::byte> build_serialized_engine(const GraphFunction& graph, const EngineBuild& declaration,
+                                               const std::vector<std::filesystem::path>& plugins = {});
+
+}  // namespace tensoracle

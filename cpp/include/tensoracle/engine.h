@@ -1,0 +1,142 @@
+// tensoracle/engine.h — open an engine file and execute it.
+//
+//   tensoracle::Engine engine = tensoracle::Engine::load("linear.engine");
+//   tensoracle::Execution exec = engine.create_execution();
+//   exec.set_input_shape("features", {16, 32});
+//   exec.set_tensor_address("features", features.data());   // caller-owned buffers
+//   exec.set_tensor_address("result", result.data());
+//   exec.enqueue();                                          // CPU: runs to completion
+//
+// An Engine is a shared, immutable handle: copies share the weights (mapped from the file, or
+// copied once from bytes); Executions keep it alive. Each Execution owns its activation memory
+// and shapes; several Executions of one Engine may run at the same time on different threads.
+// One Execution must not be used from two threads at once.
+//
+// Opening verifies, before anything else, the file's digest (XXH3-128 over the whole file but
+// the digest itself) — any damaged or truncated file raises CorruptEngineError — then the
+// format version and the target device (IncompatibleEngineError).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensoracle/types.h"
+
+namespace tensoracle {
+
+// The engine file format version this library reads and writes.
+inline constexpr int kEngineFormatVersion = 1;
+
+// Threads the CPU backend's kernels use, process-wide (default: the machine's cores;
+// set_cpu_threads(0) restores the default).
+void set_cpu_threads(int n);
+int cpu_threads();
+
+enum class TensorIOMode { kINPUT = 1, kOUTPUT = 2 };
+
+struct IOTensorInfo {
+  std::string name;
+  TensorIOMode mode = TensorIOMode::kINPUT;
+  DataType type = DataType::kFLOAT;
+  Dims dims;            // as declared in the network: -1 for dims set at execution time
+  Dims min, opt, max;   // inputs: the profile; outputs: the shapes at the profile's min/opt/max
+};
+
+// One node of the engine after fusion.
+struct LayerInfo {
+  std::string name;
+  std::string type;                 // "matrix_multiply", ...
+  std::vector<std::string> fused;   // layers fused into it, in order
+  std::string tactic;
+  std::vector<std::string> inputs;  // tensor names
+  std::string output;
+};
+
+// Owned host memory with a type and shape (what Execution::run returns).
+struct HostTensor {
+  DataType type = DataType::kFLOAT;
+  Dims dims;
+  std::shared_ptr<std::byte[]> data;
+  std::size_t nbytes = 0;
+};
+
+// Borrowed host memory with a type and shape (what Execution::run takes).
+struct HostTensorView {
+  DataType type = DataType::kFLOAT;
+  Dims dims;
+  const void* data = nullptr;
+};
+
+class Execution;
+
+class Engine {
+ public:
+  // Opens an engine held in memory (the bytes are copied). Throws CorruptEngineError,
+  // IncompatibleEngineError.
+  static Engine deserialize(std::span<const std::byte> bytes);
+  // Opens an engine file by mapping it (weights are used in place, not copied); the file may be
+  // replaced (atomically) while the engine is open. Throws IoError, CorruptEngineError,
+  // IncompatibleEngineError.
+  static Engine load(const std::filesystem::path& path);
+
+  const std::vector<IOTensorInfo>& io_tensors() const noexcept;
+  const IOTensorInfo& io_tensor(std::string_view name) const;  // throws InvalidArgument
+  std::vector<LayerInfo> layers() const;
+  const std::string& name() const noexcept;
+
+  std::string target_json() const;   // the device the engine was built for
+  std::string plan_json() const;     // the whole plan (I/O, nodes, tactics, memory)
+  std::uint64_t activation_bytes() const noexcept;        // arena peak
+  std::uint64_t naive_activation_bytes() const noexcept;  // sum of activation sizes
+  std::uint64_t weight_bytes() const noexcept;
+
+  Execution create_execution() const;
+
+  struct State;
+
+ private:
+  explicit Engine(std::shared_ptr<const State> s) : state_(std::move(s)) {}
+  friend class Execution;
+  std::shared_ptr<const State> state_;
+};
+
+class Execution {
+ public:
+  ~Execution();
+  Execution(Execution&&) noexcept;
+  Execution& operator=(Execution&&) noexcept;
+
+  // Sets a dynamic input's shape for the next enqueue; throws InvalidArgument for an unknown
+  // input, a rank or static-dim mismatch, or a shape outside the profile.
+  void set_input_shape(std::string_view name, const Dims& dims);
+  // The current shape of an I/O tensor (outputs follow from the input shapes).
+  Dims tensor_shape(std::string_view name) const;
+  // Binds a caller-owned buffer (host memory for the CPU) to an input or output.
+  void set_tensor_address(std::string_view name, void* data);
+  // Runs the engine on the bound buffers. `stream` must be null for the CPU backend (work
+  // completes before enqueue returns). Throws InvalidArgument when an input shape is unset or
+  // an address is missing.
+  void enqueue(void* stream = nullptr);
+
+  // Convenience: sets shapes and addresses from `inputs` (types must match exactly), allocates
+  // outputs, runs, returns them by name.
+  std::map<std::string, HostTensor> run(const std::map<std::string, HostTensorView>& inputs);
+
+  const Engine& engine() const noexcept;
+
+  struct State;
+
+ private:
+  friend class Engine;
+  explicit Execution(std::unique_ptr<State> s);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tensoracle

@@ -1,0 +1,314 @@
+// The CPU backend: runs every layer in every type, on host memory, with the kernels of
+// kernels.h. A node's epilogue runs as in-order pointwise passes over scratch buffers, so
+// every intermediate value is rounded to its declared type exactly as if unfused.
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <new>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_more.h"
+#include "runtime/backend.h"
+#include "tensoracle/errors.h"
+
+namespace tensoracle::runtime {
+
+namespace {
+
+cpu::TensorRef ref(const Buffer& b) { return {b.data, b.type, b.dims}; }
+
+std::size_t bytes_of(const graph::TensorDesc& d, const Dims& dims) {
+  auto v = dims.volume();
+  return v < 0 ? 0 : static_cast<std::size_t>(v) * element_size(d.type);
+}
+
+constexpr std::size_t kAlign = 64;
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+class CpuNodeKernel final : public NodeKernel {
+ public:
+  CpuNodeKernel(const graph::Graph& g, const graph::Node& n) : node_(n) {
+    for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value()});
+  }
+
+  // Dims of the main op's result and of each epilogue value, for the given inputs.
+  std::vector<graph::TensorDesc> chain(std::span<const Buffer> in) const {
+    std::vector<graph::TensorDesc> descs;
+    std::vector<graph::TensorDesc> main_in;
+    for (std::size_t i = 0; i < node_.inputs.size(); ++i) main_in.push_back({in[i].type, in[i].dims});
+    descs.push_back(graph::infer(node_.params, main_in, std::span(facts_).first(node_.inputs.size()))[0]);
+    std::size_t k = node_.inputs.size();
+    for (const auto& op : node_.epilogue) {
+      std::vector<graph::TensorDesc> ein{descs.back()};
+      std::vector<graph::InputFacts> ef{{false}};
+      if (op.operand >= 0) {
+        ein.push_back({in[k].type, in[k].dims});
+        ef.push_back(facts_[k]);
+        ++k;
+        if (op.operand_first) {
+          std::swap(ein[0], ein[1]);
+          std::swap(ef[0], ef[1]);
+        }
+      }
+      descs.push_back(graph::infer(op.params, ein, ef)[0]);
+    }
+    return descs;
+  }
+
+  std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
+    std::size_t main_ws = main_workspace(in);
+    if (node_.epilogue.empty()) return align_up(main_ws);
+    auto descs = chain(in);
+    std::size_t biggest = 0;
+    for (std::size_t i = 0; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i], descs[i].dims));
+    return align_up(main_ws) + 2 * align_up(biggest);
+  }
+
+  void run(std::span<const Buffer> in, const Buffer& out, void* workspace) const override {
+    auto* ws = static_cast<std::byte*>(workspace);
+    if (node_.epilogue.empty()) {
+      run_main(in, out, ws);
+      return;
+    }
+    auto descs = chain(in);
+    std::size_t main_ws = main_workspace(in);
+    std::size_t biggest = 0;
+    for (std::size_t i = 0; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i], descs[i].dims));
+    std::byte* scratch[2] = {ws + align_up(main_ws), ws + align_up(main_ws) + align_up(biggest)};
+    Buffer cur{scratch[0], descs[0].type, descs[0].dims};
+    run_main(in, cur, ws);
+    std::size_t k = node_.inputs.size();
+    for (std::size_t i = 0; i < node_.epilogue.size(); ++i) {
+      const auto& op = node_.epilogue[i];
+      bool last = i + 1 == node_.epilogue.size();
+      Buffer next = last ? out : Buffer{scratch[(i + 1) % 2], descs[i + 1].type, descs[i + 1].dims};
+      if (const auto* a = std::get_if<ActivationParams>(&op.params)) {
+        cpu::activation(*a, ref(cur), ref(next));
+      } else if (std::holds_alternative<CastParams>(op.params)) {
+        cpu::cast(ref(cur), ref(next));
+      } else if (const auto* e = std::get_if<ElementWiseParams>(&op.params)) {
+        const Buffer& other = in[k++];
+        if (op.operand_first) cpu::elementwise(e->op, ref(other), ref(cur), ref(next));
+        else cpu::elementwise(e->op, ref(cur), ref(other), ref(next));
+      } else {
+        throw BuildError("[cpu] node '" + node_.name + "': layer '" + op.layer + "' cannot run as an epilogue");
+      }
+      cur = next;
+    }
+  }
+
+ private:
+  // Scratch of the node's own op (before the epilogue), at these input shapes.
+  std::size_t main_workspace(std::span<const Buffer> in) const {
+    const graph::TensorDesc out = chain_main(in);
+    cpu::TensorRef o{nullptr, out.type, out.dims};
+    switch (node_.type()) {
+      case LayerType::kMATRIX_MULTIPLY:
+        return cpu::matmul_workspace_bytes(std::get<MatrixMultiplyParams>(node_.params), ref(in[0]), ref(in[1]));
+      case LayerType::kCONVOLUTION:
+        return cpu::convolution_workspace_bytes(std::get<ConvolutionParams>(node_.params), ref(in[0]), o);
+      case LayerType::kDECONVOLUTION:
+        return cpu::deconvolution_workspace_bytes(std::get<DeconvolutionParams>(node_.params), ref(in[0]), o);
+      case LayerType::kEINSUM: {
+        std::vector<cpu::TensorRef> refs;
+        for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
+        return cpu::einsum_workspace_bytes(std::get<EinsumParams>(node_.params), refs, o);
+      }
+      default: return 0;
+    }
+  }
+
+  graph::TensorDesc chain_main(std::span<const Buffer> in) const {
+    std::vector<graph::TensorDesc> main_in;
+    for (std::size_t i = 0; i < node_.inputs.size(); ++i) main_in.push_back({in[i].type, in[i].dims});
+    return graph::infer(node_.params, main_in, std::span(facts_).first(node_.inputs.size()))[0];
+  }
+
+  void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws) const {
+    std::visit(
+        [&](const auto& p) {
+          using P = std::decay_t<decltype(p)>;
+          if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
+            cpu::matmul(p, ref(in[0]), ref(in[1]), ref(out), ws);
+          } else if constexpr (std::is_same_v<P, ElementWiseParams>) {
+            cpu::elementwise(p.op, ref(in[0]), ref(in[1]), ref(out));
+          } else if constexpr (std::is_same_v<P, ActivationParams>) {
+            cpu::activation(p, ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, CastParams>) {
+            cpu::cast(ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, QuantizeParams>) {
+            cpu::quantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out));
+          } else if constexpr (std::is_same_v<P, DequantizeParams>) {
+            cpu::dequantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out));
+          } else if constexpr (std::is_same_v<P, ShuffleParams>) {
+            cpu::shuffle(p, ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, IdentityParams>) {
+            cpu::copy(ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, UnaryParams>) {
+            cpu::unary(p.op, ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, ReduceParams>) {
+            cpu::reduce(p, ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, SoftmaxParams>) {
+            cpu::softmax(graph::softmax_axis(p, in[0].dims.rank()), ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, NormalizationParams>) {
+            cpu::normalization(p, ref(in[0]), ref(in[1]), ref(in[2]), ref(out));
+          } else if constexpr (std::is_same_v<P, ConvolutionParams>) {
+            cpu::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cpu::TensorRef{};
+            cpu::convolution(p, ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws);
+          } else if constexpr (std::is_same_v<P, DeconvolutionParams>) {
+            cpu::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cpu::TensorRef{};
+            cpu::deconvolution(p, ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws);
+          } else if constexpr (std::is_same_v<P, PoolingParams>) {
+            cpu::pooling(p, ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, ConcatenationParams>) {
+            std::vector<cpu::TensorRef> refs;
+            for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
+            cpu::concatenation(graph::concat_axis(p, in[0].dims.rank()), refs, ref(out));
+          } else if constexpr (std::is_same_v<P, SliceParams>) {
+            cpu::TensorRef fill = node_.inputs.size() > 1 ? ref(in[1]) : cpu::TensorRef{};
+            cpu::slice(p, ref(in[0]), node_.inputs.size() > 1 ? &fill : nullptr, ref(out));
+          } else if constexpr (std::is_same_v<P, GatherParams>) {
+            cpu::gather(p, ref(in[0]), ref(in[1]), ref(out));
+          } else if constexpr (std::is_same_v<P, SelectParams>) {
+            cpu::select(ref(in[0]), ref(in[1]), ref(in[2]), ref(out));
+          } else if constexpr (std::is_same_v<P, PaddingParams>) {
+            cpu::padding(p, ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, ResizeParams>) {
+            cpu::resize(p, ref(in[0]), ref(out));
+          } else if constexpr (std::is_same_v<P, EinsumParams>) {
+            std::vector<cpu::TensorRef> refs;
+            for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
+            cpu::einsum(p, refs, ref(out), ws);
+          } else {
+            throw BuildError("[cpu] node '" + node_.name + "': no kernel for this layer type");
+          }
+        },
+        node_.params);
+  }
+
+  graph::Node node_;
+  std::vector<graph::InputFacts> facts_;
+};
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(line.find_first_not_of(' ', p + 1));
+    }
+  return "unknown";
+}
+
+std::vector<std::string> cpu_isa() {
+  std::vector<std::string> isa;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+#define TENSORACLE_ISA(name) if (__builtin_cpu_supports(name)) isa.push_back(name);
+  TENSORACLE_ISA("sse4.2") TENSORACLE_ISA("avx") TENSORACLE_ISA("avx2") TENSORACLE_ISA("fma")
+  TENSORACLE_ISA("f16c") TENSORACLE_ISA("avx512f") TENSORACLE_ISA("avx512bw") TENSORACLE_ISA("avx512vl")
+  TENSORACLE_ISA("avx512vnni") TENSORACLE_ISA("avx512bf16")
+#undef TENSORACLE_ISA
+#endif
+  return isa;
+}
+
+std::string machine_arch() {
+  struct utsname u {};
+  if (uname(&u) != 0) return "unknown";
+  return u.machine;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  nlohmann::json target() const override {
+    return {{"backend", "cpu"}, {"arch", machine_arch()}, {"device", cpu_model()}, {"isa", cpu_isa()}};
+  }
+
+  void check_compatible(const nlohmann::json& t) const override {
+    if (!t.is_object() || t.value("backend", "") != "cpu")
+      throw IncompatibleEngineError("[engine] the engine was built for backend '" +
+                                    (t.is_object() ? t.value("backend", std::string("?")) : std::string("?")) +
+                                    "', not the CPU; rebuild it for this device");
+    // Kernels are compiled for the architecture's baseline: any machine of the same
+    // architecture runs them.
+    if (t.value("arch", "") != machine_arch())
+      throw IncompatibleEngineError("[engine] the engine was built for a " + t.value("arch", std::string("?")) +
+                                    " CPU; this machine is " + machine_arch() + "; rebuild it here");
+  }
+
+  std::string unsupported_reason(const graph::Graph&, const graph::Node&) const override { return ""; }
+
+  bool can_fuse(const graph::Graph&, const graph::Node&, const graph::EpilogueOp& op) const override {
+    return std::holds_alternative<ActivationParams>(op.params) || std::holds_alternative<CastParams>(op.params) ||
+           std::holds_alternative<ElementWiseParams>(op.params);
+  }
+
+  std::vector<std::string> tactics(const graph::Graph&, const graph::Node& n) const override {
+    switch (n.type()) {
+      case LayerType::kMATRIX_MULTIPLY: return {"cpu.gemm.openblas"};
+      case LayerType::kSHUFFLE: return {"cpu.shuffle"};
+      case LayerType::kCONVOLUTION: return {"cpu.conv.im2col_gemm"};
+      case LayerType::kEINSUM: return {"cpu.einsum.gemm"};
+      default: return {"cpu." + std::string(layer_type_name(n.type()))};
+    }
+  }
+
+  std::unique_ptr<NodeKernel> instantiate(const graph::Graph& g, const graph::Node& n) const override {
+    return std::make_unique<CpuNodeKernel>(g, n);
+  }
+
+  void* allocate(std::size_t bytes) const override {
+    if (bytes == 0) return nullptr;
+    void* p = std::aligned_alloc(kAlign, align_up(bytes));
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* p) const noexcept override { std::free(p); }
+};
+
+}  // namespace
+
+const Backend& cpu_backend() {
+  static const CpuBackend backend;
+  return backend;
+}
+
+const Backend& backend_for(const std::string& device) {
+  if (device == "cpu" || device == "auto" || device.empty()) return cpu_backend();
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    auto idx = device.size() > 5 ? device.substr(5) : std::string("0");
+    if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos)
+      throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda:N' or 'auto'");
+    throw BuildError("[build] device '" + device + "': this build of tensoracle has no CUDA backend yet; use 'cpu'");
+  }
+  throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda:N' or 'auto'");
+}
+
+Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n) {
+  std::vector<Buffer> in;
+  for (int v : n.all_inputs()) {
+    const auto& val = g.values[static_cast<std::size_t>(v)];
+    in.push_back({const_cast<void*>(val.constant->values()), val.desc.type, val.desc.dims});
+  }
+  const auto& outv = g.values[static_cast<std::size_t>(n.output)];
+  auto count = outv.desc.dims.volume();
+  std::vector<std::byte> data(static_cast<std::size_t>(count) * element_size(outv.desc.type) + 1);
+  Buffer out{data.data(), outv.desc.type, outv.desc.dims};
+  auto kernel = cpu_backend().instantiate(g, n);
+  std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
+  void* wsp = ws.data();
+  std::size_t space = ws.size();
+  std::align(kAlign, 1, wsp, space);
+  kernel->run(in, out, wsp);
+  return Weights::copy_of(outv.desc.type, data.data(), count);
+}
+
+}  // namespace tensoracle::runtime

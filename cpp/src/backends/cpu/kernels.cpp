@@ -1,0 +1,107 @@
+// The CPU backend's kernels: threads, copy, and the helpers every kernel file shares.
+//
+// Layout of this backend:
+//   kernels.cpp            num_threads/set_num_threads, copy, the shared helpers in `detail`
+//   kernels_pointwise.cpp  elementwise, activation, cast, quantize, dequantize
+//   kernels_matmul.cpp     matmul (OpenBLAS sgemm)
+//   kernels_layout.cpp     shuffle (N-d permutation copies)
+// The helpers in `detail` are declared again at the top of each file that uses them (the
+// backend has no private header).
+#include "backends/cpu/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "tensoracle/errors.h"
+
+namespace tensoracle::cpu {
+
+namespace {
+
+// 0: the default (the machine's cores).
+std::atomic<int> g_threads{0};
+std::once_flag g_blas_once;
+
+int default_threads() noexcept {
+  unsigned h = std::thread::hardware_concurrency();
+  return h > 0 ? static_cast<int>(h) : 1;
+}
+
+}  // namespace
+
+int num_threads() {
+  int n = g_threads.load(std::memory_order_relaxed);
+  return n > 0 ? n : default_threads();
+}
+
+void set_num_threads(int n) {
+  if (n < 0)
+    throw InvalidArgument("[cpu] set_num_threads(" + std::to_string(n) +
+                          "): the thread count must be >= 1, or 0 for the machine's cores");
+  g_threads.store(n, std::memory_order_relaxed);
+  std::call_once(g_blas_once, [] {});  // supersedes the lazy first-use setting below
+  openblas_set_num_threads(num_threads());
+}
+
+namespace detail {
+
+// OpenBLAS starts with its own default (all cores or OPENBLAS_NUM_THREADS); the first GEMM
+// applies ours.
+void ensure_blas_threads() {
+  std::call_once(g_blas_once, [] { openblas_set_num_threads(num_threads()); });
+}
+
+[[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cpu] " + what); }
+
+std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name) {
+  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
+  std::int64_t n = t.dims.volume();
+  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
+  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
+  return n;
+}
+
+// Calls fn(begin, end) over [0, n) split into one contiguous range per thread, on several
+// threads only when n >= parallel_min (each thread then gets at least parallel_min / 8).
+void parallel_ranges(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
+                     std::int64_t parallel_min) {
+  if (n <= 0) return;
+  std::int64_t nt = n >= parallel_min ? num_threads() : 1;
+  nt = std::min(nt, std::max<std::int64_t>(1, n / std::max<std::int64_t>(1, parallel_min / 8)));
+  if (nt <= 1) {
+    fn(0, n);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(static_cast<int>(nt)) schedule(static, 1)
+#endif
+  for (std::int64_t t = 0; t < nt; ++t) fn(n * t / nt, n * (t + 1) / nt);
+}
+
+}  // namespace detail
+
+void copy(const TensorRef& x, const TensorRef& out) {
+  std::int64_t n = detail::checked_volume(x, "copy", "input");
+  std::int64_t m = detail::checked_volume(out, "copy", "output");
+  if (x.type != out.type || n != m)
+    detail::fail("copy: input " + std::string(type_name(x.type)) + x.dims.str() + " and output " +
+                 std::string(type_name(out.type)) + out.dims.str() + " differ in type or volume");
+  if (n == 0 || x.data == out.data) return;
+  const auto* src = static_cast<const unsigned char*>(x.data);
+  auto* dst = static_cast<unsigned char*>(out.data);
+  std::int64_t bytes = n * static_cast<std::int64_t>(element_size(x.type));
+  // Memory bound: several threads pay only from a few MiB on.
+  detail::parallel_ranges(
+      bytes,
+      [&](std::int64_t b, std::int64_t e) { std::memcpy(dst + b, src + b, static_cast<std::size_t>(e - b)); },
+      std::int64_t{4} << 20);
+}
+
+}  // namespace tensoracle::cpu

@@ -1,0 +1,170 @@
+#include "tensoracle/builder.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "build/passes.h"
+#include "graph/graph.h"
+#include "plan/plan.h"
+#include "runtime/backend.h"
+#include "tensoracle/errors.h"
+
+namespace tensoracle {
+
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void invalid(const std::string& m) { throw InvalidArgument("[build] " + m); }
+
+}  // namespace
+
+void BuilderSettings::validate() const {
+  const BuilderSettings& s = *this;
+  if (s.tf32) invalid("tf32=true is not allowed: tensoracle never uses TF32 (fp32 stays fp32)");
+  if (s.optimization_level < 0 || s.optimization_level > 5)
+    invalid("optimization_level " + std::to_string(s.optimization_level) + " is outside 0..5");
+}
+
+namespace {
+
+// Checks the declaration against the network's inputs; returns the profile per graph input.
+std::vector<InputShape> check_declaration(const Network& net, const EngineBuild& decl) {
+  std::vector<InputShape> out;
+  for (const auto& [name, _] : decl.inputs) {
+    bool found = false;
+    for (int i = 0; i < net.num_inputs(); ++i) found = found || net.get_input(i)->name() == name;
+    if (!found) {
+      std::string names;
+      for (int i = 0; i < net.num_inputs(); ++i) names += (i ? ", " : "") + net.get_input(i)->name();
+      invalid("the declaration names input '" + name + "', which the network does not have (its inputs: " + names + ")");
+    }
+  }
+  for (int i = 0; i < net.num_inputs(); ++i) {
+    const Tensor* t = net.get_input(i);
+    auto it = decl.inputs.find(t->name());
+    if (it == decl.inputs.end())
+      invalid("input '" + t->name() + "' " + t->dims().str() + " has no InputShape in the declaration");
+    const InputShape& s = it->second;
+    const Dims& d = t->dims();
+    for (const Dims* x : {&s.min, &s.opt, &s.max}) {
+      if (x->rank() != d.rank())
+        invalid("input '" + t->name() + "': declared shape " + x->str() + " has rank " + std::to_string(x->rank()) +
+                " but the network's input " + d.str() + " has rank " + std::to_string(d.rank()));
+      for (int k = 0; k < d.rank(); ++k) {
+        if ((*x)[k] < 0) invalid("input '" + t->name() + "': declared shape " + x->str() + " has a negative dimension");
+        if (d[k] >= 0 && (*x)[k] != d[k])
+          invalid("input '" + t->name() + "': declared shape " + x->str() + " contradicts static dimension " +
+                  std::to_string(k) + " = " + std::to_string(d[k]) + " of " + d.str());
+      }
+    }
+    for (int k = 0; k < d.rank(); ++k)
+      if (s.min[k] > s.opt[k] || s.opt[k] > s.max[k])
+        invalid("input '" + t->name() + "': dimension " + std::to_string(k) + " needs min <= opt <= max, got min " +
+                s.min.str() + ", opt " + s.opt.str() + ", max " + s.max.str());
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::uint64_t bytes_of(const graph::TensorDesc& d) {
+  auto v = d.dims.volume();
+  return v < 0 ? 0 : static_cast<std::uint64_t>(v) * element_size(d.type);
+}
+
+}  // namespace
+
+std::string EngineBuild::canonical() const {
+  json j;
+  auto& in = j["inputs"] = json::object();
+  for (const auto& [name, s] : inputs) in[name] = {{"min", s.min.vec()}, {"opt", s.opt.vec()}, {"max", s.max.vec()}};
+  j["settings"] = {{"optimization_level", settings.optimization_level},
+                   {"device", settings.device},
+                   {"workspace_limit", settings.workspace_limit},
+                   {"tf32", settings.tf32}};
+  return j.dump();
+}
+
+std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, const EngineBuild& decl,
+                                               const std::vector<std::filesystem::path>& plugins) {
+  decl.settings.validate();
+  if (!plugins.empty()) throw UnsupportedError("[build] plugin libraries are not supported yet");
+  const runtime::Backend& backend = runtime::backend_for(decl.settings.device);
+
+  Network net;
+  graph_fn(net);
+  net.validate();
+  auto profile = check_declaration(net, decl);
+
+  graph::Graph g = graph::from_network(net);
+  graph::verify(g, "from_network");
+  json passes = json::array();
+  auto record = [&](const build::PassLog& log) {
+    if (decl.settings.verbose)
+      for (const auto& line : log.changes) std::fprintf(stderr, "[build] %s: %s\n", log.pass.c_str(), line.c_str());
+    passes.push_back({{"pass", log.pass}, {"changes", log.changes}});
+    graph::verify(g, log.pass);
+  };
+  record(build::dead_code(g));
+  record(build::constant_fold(g, runtime::evaluate_constant_node));
+  record(build::dead_code(g));
+  record(build::fuse_pointwise(g, [&](const graph::Graph& gr, const graph::Node& n, const graph::EpilogueOp& op) {
+    return backend.can_fuse(gr, n, op);
+  }));
+
+  for (const auto& n : g.nodes) {
+    auto why = backend.unsupported_reason(g, n);
+    if (!why.empty()) throw BuildError("[build] layer '" + n.name + "': " + why);
+  }
+
+  // Shapes at the profile's corners: any conflict (a broadcast that fails for some allowed
+  // shape) is an invalid declaration.
+  auto corner = [&](Dims InputShape::*which) {
+    std::vector<Dims> dims;
+    for (const auto& s : profile) dims.push_back(s.*which);
+    return graph::infer_shapes(g, dims);
+  };
+  auto at_min = corner(&InputShape::min), at_opt = corner(&InputShape::opt), at_max = corner(&InputShape::max);
+
+  plan::Plan plan;
+  plan.name = net.name();
+  for (auto& n : g.nodes) {
+    auto tactics = backend.tactics(g, n);
+    if (tactics.empty()) throw BuildError("[build] layer '" + n.name + "': the " + backend.name() + " backend has no kernel for it");
+    n.tactic = tactics.front();  // the CPU backend offers one tactic per node; timing comes with the CUDA backend
+  }
+  plan.max_bytes.resize(g.values.size());
+  for (std::size_t v = 0; v < g.values.size(); ++v) plan.max_bytes[v] = bytes_of(at_max[v]);
+  plan.memory = build::plan_memory(g, plan.max_bytes);
+
+  // Scratch: the most any node needs at the profile's max.
+  for (const auto& n : g.nodes) {
+    auto kernel = backend.instantiate(g, n);
+    std::vector<runtime::Buffer> in;
+    for (int v : n.all_inputs()) in.push_back({nullptr, at_max[static_cast<std::size_t>(v)].type, at_max[static_cast<std::size_t>(v)].dims});
+    runtime::Buffer out{nullptr, at_max[static_cast<std::size_t>(n.output)].type, at_max[static_cast<std::size_t>(n.output)].dims};
+    plan.workspace_bytes = std::max<std::uint64_t>(plan.workspace_bytes, kernel->workspace_bytes(in, out));
+  }
+  if (decl.settings.workspace_limit > 0 && plan.memory.arena_bytes + plan.workspace_bytes > decl.settings.workspace_limit)
+    throw BuildError("[build] the engine needs " + std::to_string(plan.memory.arena_bytes + plan.workspace_bytes) +
+                     " bytes of activation and scratch memory, above workspace_limit " +
+                     std::to_string(decl.settings.workspace_limit));
+
+  for (std::size_t i = 0; i < g.inputs.size(); ++i) {
+    const auto& v = g.values[static_cast<std::size_t>(g.inputs[i])];
+    plan.io.push_back({v.name, TensorIOMode::kINPUT, v.desc.type, v.desc.dims, profile[i].min, profile[i].opt, profile[i].max});
+    plan.io_values.push_back(g.inputs[i]);
+  }
+  for (int o : g.outputs) {
+    const auto& v = g.values[static_cast<std::size_t>(o)];
+    auto u = static_cast<std::size_t>(o);
+    plan.io.push_back({v.name, TensorIOMode::kOUTPUT, v.desc.type, v.desc.dims, at_min[u].dims, at_opt[u].dims, at_max[u].dims});
+    plan.io_values.push_back(o);
+  }
+  plan.target = backend.target();
+  plan.build = {{"declaration", json::parse(decl.canonical())}, {"passes", passes}};
+  plan.graph = std::move(g);
+  return plan::write_engine(plan);
+}
+
+}  // namespace tensoracle

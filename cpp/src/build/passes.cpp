@@ -1,0 +1,169 @@
+#include "build/passes.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace tensoracle::build {
+
+using graph::Graph;
+using graph::Node;
+
+PassLog dead_code(Graph& g) {
+  PassLog log{"dead_code", {}};
+  std::vector<bool> live_value(g.values.size(), false);
+  for (int v : g.outputs) live_value[static_cast<std::size_t>(v)] = true;
+  std::vector<bool> dead(g.nodes.size(), true);
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    if (!live_value[static_cast<std::size_t>(n.output)]) continue;
+    dead[i] = false;
+    for (int v : n.all_inputs()) live_value[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (dead[i]) log.changes.push_back("removed node '" + g.nodes[i].name + "' (its result reaches no output)");
+  std::size_t before = g.values.size();
+  graph::compact(g, dead);
+  if (g.values.size() + log.changes.size() < before)
+    log.changes.push_back("removed " + std::to_string(before - g.values.size() - log.changes.size()) +
+                          " unused constants");
+  return log;
+}
+
+PassLog constant_fold(Graph& g, const ConstantEvaluator& evaluate, std::uint64_t max_bytes) {
+  PassLog log{"constant_fold", {}};
+  std::vector<bool> folded(g.nodes.size(), false);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.type() == LayerType::kDEQUANTIZE) continue;
+    auto ins = n.all_inputs();
+    bool all_const = std::all_of(ins.begin(), ins.end(), [&](int v) {
+      return g.values[static_cast<std::size_t>(v)].constant.has_value();
+    });
+    auto& out = g.values[static_cast<std::size_t>(n.output)];
+    auto volume = out.desc.dims.volume();
+    if (!all_const || volume < 0 || static_cast<std::uint64_t>(volume) * element_size(out.desc.type) > max_bytes)
+      continue;
+    out.constant = evaluate(g, n);
+    out.producer = -1;
+    folded[i] = true;
+    log.changes.push_back("folded node '" + n.name + "' into a constant " + out.desc.dims.str() + " " +
+                          std::string(type_name(out.desc.type)));
+  }
+  graph::compact(g, folded);
+  return log;
+}
+
+namespace {
+
+bool is_pointwise(const LayerParams& p) {
+  return std::holds_alternative<ActivationParams>(p) || std::holds_alternative<CastParams>(p) ||
+         std::holds_alternative<ElementWiseParams>(p);
+}
+
+// The other operand of a binary pointwise op must broadcast into `mine` (the result keeps
+// `mine`'s dims for every possible runtime shape).
+bool broadcasts_into(const Dims& other, const Dims& mine) {
+  if (other.rank() != mine.rank()) return false;
+  for (int i = 0; i < mine.rank(); ++i) {
+    if (other[i] == 1) continue;
+    if (mine[i] < 0 || other[i] != mine[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+PassLog fuse_pointwise(Graph& g, const FusionPolicy& can_fuse) {
+  PassLog log{"fuse_pointwise", {}};
+  std::vector<bool> absorbed(g.nodes.size(), false);
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    auto consumers = g.consumers();
+    for (std::size_t pi = 0; pi < g.nodes.size() && !changed; ++pi) {
+      if (absorbed[pi]) continue;
+      Node& prod = g.nodes[pi];
+      int v = prod.output;
+      const auto& val = g.values[static_cast<std::size_t>(v)];
+      const auto& readers = consumers[static_cast<std::size_t>(v)];
+      if (val.is_output || readers.size() != 1) continue;
+      auto ci = static_cast<std::size_t>(readers[0]);
+      Node& cons = g.nodes[ci];
+      if (absorbed[ci] || !cons.epilogue.empty() || !is_pointwise(cons.params)) continue;
+      graph::EpilogueOp op;
+      op.layer = cons.name;
+      op.params = cons.params;
+      op.desc = g.values[static_cast<std::size_t>(cons.output)].desc;
+      if (cons.inputs.size() == 2) {
+        if (cons.inputs[0] == v && cons.inputs[1] == v) continue;  // x OP x: keep separate
+        op.operand_first = cons.inputs[1] == v;
+        op.operand = op.operand_first ? cons.inputs[0] : cons.inputs[1];
+        if (!broadcasts_into(g.values[static_cast<std::size_t>(op.operand)].desc.dims, val.desc.dims)) continue;
+        if (op.desc.dims != val.desc.dims) continue;
+      }
+      if (!can_fuse(g, prod, op)) continue;
+      // The consumer must come after its extra operand's producer; moving its work into the
+      // producer is legal only if that operand exists by then.
+      if (op.operand >= 0) {
+        int op_prod = g.values[static_cast<std::size_t>(op.operand)].producer;
+        if (op_prod >= static_cast<int>(pi)) continue;
+      }
+      prod.epilogue.push_back(op);
+      g.values[static_cast<std::size_t>(cons.output)].producer = static_cast<int>(pi);
+      prod.output = cons.output;
+      absorbed[ci] = true;
+      log.changes.push_back("fused '" + cons.name + "' (" + std::string(layer_type_name(cons.type())) +
+                            ") into node '" + prod.name + "'");
+      changed = true;
+    }
+  }
+  // Absorbed nodes go; so do the intermediate values they read, which nothing references now.
+  graph::compact(g, absorbed);
+  return log;
+}
+
+MemoryPlan plan_memory(const Graph& g, const std::vector<std::uint64_t>& bytes) {
+  MemoryPlan plan;
+  plan.offsets.assign(g.values.size(), -1);
+  struct Item {
+    int value;
+    int first, last;
+    std::uint64_t size;
+  };
+  std::vector<Item> items;
+  std::vector<int> last_use(g.values.size(), -1);
+  for (std::size_t n = 0; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].all_inputs()) last_use[static_cast<std::size_t>(v)] = static_cast<int>(n);
+  for (std::size_t v = 0; v < g.values.size(); ++v) {
+    const auto& val = g.values[v];
+    if (val.producer < 0 || val.is_output || val.constant) continue;
+    std::uint64_t size = (bytes[v] + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment * MemoryPlan::kAlignment;
+    items.push_back({static_cast<int>(v), val.producer, std::max(val.producer, last_use[v]), size});
+    plan.naive_bytes += size;
+  }
+  // Largest first; each at the lowest offset free over its whole lifetime.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.size != b.size ? a.size > b.size : a.value < b.value;
+  });
+  std::vector<const Item*> placed;
+  for (const Item& it : items) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> busy;
+    for (const Item* p : placed)
+      if (p->first <= it.last && it.first <= p->last) {
+        auto off = static_cast<std::uint64_t>(plan.offsets[static_cast<std::size_t>(p->value)]);
+        busy.emplace_back(off, off + p->size);
+      }
+    std::sort(busy.begin(), busy.end());
+    std::uint64_t offset = 0;
+    for (auto [b, e] : busy) {
+      if (offset + it.size <= b) break;
+      offset = std::max(offset, e);
+    }
+    plan.offsets[static_cast<std::size_t>(it.value)] = static_cast<std::int64_t>(offset);
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + it.size);
+    placed.push_back(&it);
+  }
+  return plan;
+}
+
+}  // namespace tensoracle::build

@@ -1,0 +1,44 @@
+// Internal: the builder's optimisation passes — each a function from graph to graph, each
+// switchable, each logging what it rewrote (node and layer names) into a PassLog.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace tensoracle::build {
+
+struct PassLog {
+  std::string pass;
+  std::vector<std::string> changes;  // one line per rewrite
+};
+
+// Removes nodes whose results reach no network output.
+PassLog dead_code(graph::Graph& g);
+
+// Evaluates nodes whose inputs are all constants and replaces their outputs by constants.
+// Dequantize nodes are kept (so quantized weights stay quantized for Q/DQ-aware kernels), as
+// are nodes whose result would exceed `max_bytes`.
+using ConstantEvaluator = std::function<Weights(const graph::Graph&, const graph::Node&)>;
+PassLog constant_fold(graph::Graph& g, const ConstantEvaluator& evaluate, std::uint64_t max_bytes = 64u << 20);
+
+// Fuses chains of pointwise layers (activation, cast, elementwise whose other operand
+// broadcasts into the result) into the node producing their input, when that input has no
+// other reader, is not a network output, and `can_fuse` agrees.
+using FusionPolicy = std::function<bool(const graph::Graph&, const graph::Node&, const graph::EpilogueOp&)>;
+PassLog fuse_pointwise(graph::Graph& g, const FusionPolicy& can_fuse);
+
+// Activation memory: every value a node produces that is not a network output gets an offset
+// in one arena; values whose lifetimes (producer .. last reader) overlap never share bytes.
+struct MemoryPlan {
+  std::vector<std::int64_t> offsets;  // per value; -1 when not in the arena
+  std::uint64_t arena_bytes = 0;      // peak
+  std::uint64_t naive_bytes = 0;      // sum of all arena values' sizes (no sharing)
+  static constexpr std::uint64_t kAlignment = 64;
+};
+MemoryPlan plan_memory(const graph::Graph& g, const std::vector<std::uint64_t>& value_bytes);
+
+}  // namespace tensoracle::build

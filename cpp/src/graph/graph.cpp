@@ -1,0 +1,184 @@
+#include "graph/graph.h"
+
+#include <unordered_map>
+
+#include "tensoracle/errors.h"
+
+namespace tensoracle::graph {
+
+std::vector<int> Node::all_inputs() const {
+  std::vector<int> v = inputs;
+  for (const auto& e : epilogue)
+    if (e.operand >= 0) v.push_back(e.operand);
+  return v;
+}
+
+std::vector<std::vector<int>> Graph::consumers() const {
+  std::vector<std::vector<int>> c(values.size());
+  for (std::size_t n = 0; n < nodes.size(); ++n)
+    for (int v : nodes[n].all_inputs()) c[static_cast<std::size_t>(v)].push_back(static_cast<int>(n));
+  return c;
+}
+
+int Graph::find_value(const std::string& name) const {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (values[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+Graph from_network(const Network& net) {
+  Graph g;
+  std::unordered_map<const Tensor*, int> ids;
+  auto add_value = [&](const Tensor* t) {
+    Value v;
+    v.name = t->name();
+    v.desc = {t->type(), t->dims()};
+    v.is_output = t->is_network_output();
+    g.values.push_back(std::move(v));
+    ids[t] = static_cast<int>(g.values.size() - 1);
+    return ids[t];
+  };
+  for (int i = 0; i < net.num_layers(); ++i) {
+    const Layer* l = net.get_layer(i);
+    if (l->type() == LayerType::kINPUT) {
+      int id = add_value(l->get_output(0));
+      g.values[static_cast<std::size_t>(id)].is_input = true;
+      continue;
+    }
+    if (l->type() == LayerType::kCONSTANT) {
+      int id = add_value(l->get_output(0));
+      g.values[static_cast<std::size_t>(id)].constant = std::get<ConstantParams>(l->params()).weights;
+      continue;
+    }
+    Node n;
+    n.name = l->name();
+    n.params = l->params();
+    for (int k = 0; k < l->num_inputs(); ++k) n.inputs.push_back(ids.at(l->get_input(k)));
+    n.main_desc = {l->get_output(0)->type(), l->get_output(0)->dims()};
+    n.output = add_value(l->get_output(0));
+    g.values[static_cast<std::size_t>(n.output)].producer = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(n));
+  }
+  for (int i = 0; i < net.num_inputs(); ++i) g.inputs.push_back(ids.at(net.get_input(i)));
+  for (int i = 0; i < net.num_outputs(); ++i) g.outputs.push_back(ids.at(net.get_output(i)));
+  return g;
+}
+
+namespace {
+
+std::vector<InputFacts> facts_of(const Graph& g, const std::vector<int>& ids) {
+  std::vector<InputFacts> f;
+  for (int v : ids) f.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value()});
+  return f;
+}
+
+// Runs inference for node `n` given the descriptions in `desc`; returns the final output.
+TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDesc>& desc) {
+  std::vector<TensorDesc> in;
+  for (int v : n.inputs) in.push_back(desc[static_cast<std::size_t>(v)]);
+  auto fin = facts_of(g, n.inputs);
+  TensorDesc cur;
+  try {
+    cur = infer(n.params, in, fin)[0];
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("[build] layer '" + n.name + "': " + e.what());
+  }
+  for (const auto& op : n.epilogue) {
+    std::vector<TensorDesc> ein{cur};
+    std::vector<InputFacts> efacts{{false}};
+    if (op.operand >= 0) {
+      ein.push_back(desc[static_cast<std::size_t>(op.operand)]);
+      efacts.push_back({g.values[static_cast<std::size_t>(op.operand)].constant.has_value()});
+      if (op.operand_first) {
+        std::swap(ein[0], ein[1]);
+        std::swap(efacts[0], efacts[1]);
+      }
+    }
+    try {
+      cur = infer(op.params, ein, efacts)[0];
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("[build] layer '" + op.layer + "': " + e.what());
+    }
+  }
+  return cur;
+}
+
+}  // namespace
+
+std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims) {
+  std::vector<TensorDesc> desc(g.values.size());
+  for (std::size_t i = 0; i < g.values.size(); ++i) desc[i] = g.values[i].desc;
+  for (std::size_t i = 0; i < g.inputs.size(); ++i) desc[static_cast<std::size_t>(g.inputs[i])].dims = input_dims[i];
+  for (const Node& n : g.nodes) desc[static_cast<std::size_t>(n.output)] = infer_node(g, n, desc);
+  return desc;
+}
+
+void verify(const Graph& g, const std::string& after) {
+  auto fail = [&](const std::string& what) {
+    throw BuildError("[build] internal error after pass '" + after + "': " + what);
+  };
+  auto nv = static_cast<int>(g.values.size());
+  std::vector<bool> defined(g.values.size(), false);
+  for (std::size_t i = 0; i < g.values.size(); ++i)
+    if (g.values[i].is_input || g.values[i].constant) defined[i] = true;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& node = g.nodes[n];
+    for (int v : node.all_inputs()) {
+      if (v < 0 || v >= nv) fail("node '" + node.name + "' reads value id " + std::to_string(v));
+      if (!defined[static_cast<std::size_t>(v)])
+        fail("node '" + node.name + "' reads '" + g.values[static_cast<std::size_t>(v)].name + "' before it is produced");
+    }
+    if (node.output < 0 || node.output >= nv) fail("node '" + node.name + "' has no output");
+    const Value& out = g.values[static_cast<std::size_t>(node.output)];
+    if (out.producer != static_cast<int>(n)) fail("value '" + out.name + "' does not name node '" + node.name + "' as producer");
+    defined[static_cast<std::size_t>(node.output)] = true;
+  }
+  for (int v : g.outputs)
+    if (v < 0 || v >= nv || !defined[static_cast<std::size_t>(v)]) fail("an output is not produced");
+  // Types and network-level dims must re-infer to what the values say.
+  std::vector<TensorDesc> desc(g.values.size());
+  for (std::size_t i = 0; i < g.values.size(); ++i) desc[i] = g.values[i].desc;
+  for (const Node& n : g.nodes) {
+    TensorDesc d = infer_node(g, n, desc);
+    if (d.type != g.values[static_cast<std::size_t>(n.output)].desc.type)
+      fail("node '" + n.name + "' infers type " + std::string(type_name(d.type)) + " but its value says " +
+           std::string(type_name(g.values[static_cast<std::size_t>(n.output)].desc.type)));
+  }
+}
+
+void compact(Graph& g, const std::vector<bool>& dead) {
+  std::vector<bool> used(g.values.size(), false);
+  for (int v : g.inputs) used[static_cast<std::size_t>(v)] = true;
+  for (int v : g.outputs) used[static_cast<std::size_t>(v)] = true;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    if (dead[n]) continue;
+    for (int v : g.nodes[n].all_inputs()) used[static_cast<std::size_t>(v)] = true;
+    used[static_cast<std::size_t>(g.nodes[n].output)] = true;
+  }
+  std::vector<int> remap(g.values.size(), -1);
+  std::vector<Value> values;
+  for (std::size_t i = 0; i < g.values.size(); ++i) {
+    if (!used[i]) continue;
+    remap[i] = static_cast<int>(values.size());
+    values.push_back(std::move(g.values[i]));
+  }
+  std::vector<Node> nodes;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    if (dead[n]) continue;
+    Node node = std::move(g.nodes[n]);
+    for (int& v : node.inputs) v = remap[static_cast<std::size_t>(v)];
+    for (auto& e : node.epilogue)
+      if (e.operand >= 0) e.operand = remap[static_cast<std::size_t>(e.operand)];
+    node.output = remap[static_cast<std::size_t>(node.output)];
+    values[static_cast<std::size_t>(node.output)].producer = static_cast<int>(nodes.size());
+    nodes.push_back(std::move(node));
+  }
+  for (auto& v : values)
+    if (v.producer >= 0 && (v.constant || v.is_input)) v.producer = -1;
+  for (int& v : g.inputs) v = remap[static_cast<std::size_t>(v)];
+  for (int& v : g.outputs) v = remap[static_cast<std::size_t>(v)];
+  g.values = std::move(values);
+  g.nodes = std::move(nodes);
+}
+
+}  // namespace tensoracle::graph

@@ -1,0 +1,73 @@
+// Internal: the builder's IR — values and nodes in topological order, copied from a Network.
+//
+// Constants are values with weights (no node). Every node has exactly one output value. A node
+// may carry an epilogue: pointwise layers fused into it by the fusion pass, applied in order to
+// its output; only the last one's value is materialised.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/ops.h"
+#include "tensoracle/network.h"
+
+namespace tensoracle::graph {
+
+struct Value {
+  std::string name;
+  TensorDesc desc;               // network-level: dims may hold -1
+  int producer = -1;             // node index; -1 for network inputs and constants
+  bool is_input = false;
+  bool is_output = false;
+  std::optional<Weights> constant;
+};
+
+struct EpilogueOp {
+  std::string layer;        // the fused layer's name
+  LayerParams params;       // ActivationParams, ElementWiseParams or CastParams
+  int operand = -1;         // elementwise: the other input's value id
+  bool operand_first = false;  // elementwise: the other input was input 0 (e.g. c - x)
+  TensorDesc desc;          // the intermediate value this op produced
+};
+
+struct Node {
+  std::string name;             // the producing layer's name
+  LayerParams params;
+  std::vector<int> inputs;      // value ids
+  TensorDesc main_desc;         // output of the node's own op, before the epilogue
+  std::vector<EpilogueOp> epilogue;
+  int output = -1;              // value id of the final result
+  std::string tactic;
+
+  LayerType type() const noexcept { return static_cast<LayerType>(params.index()); }
+  // Every value the node reads: inputs, then epilogue operands.
+  std::vector<int> all_inputs() const;
+};
+
+struct Graph {
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+  std::vector<int> inputs;   // value ids, in network order
+  std::vector<int> outputs;  // value ids, in network order
+
+  // consumers()[v] = indices of the nodes reading value v (inputs or epilogue operands).
+  std::vector<std::vector<int>> consumers() const;
+  int find_value(const std::string& name) const;  // -1 when absent
+};
+
+Graph from_network(const Network& network);
+
+// Checks the IR's invariants (ids in range, topological order, producers consistent, types
+// re-inferred equal); throws BuildError naming the pass that broke them.
+void verify(const Graph& g, const std::string& after_pass);
+
+// Removes nodes marked in `dead` and values no longer referenced (inputs and outputs stay),
+// renumbering ids.
+void compact(Graph& g, const std::vector<bool>& dead_nodes);
+
+// Output descriptions of every value for concrete input dims (name -> dims), with the same
+// inference as the network. Throws InvalidArgument naming the layer when shapes conflict.
+std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims);
+
+}  // namespace tensoracle::graph

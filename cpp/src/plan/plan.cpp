@@ -1,0 +1,438 @@
+#include "plan/plan.h"
+
+#include <xxhash.h>
+
+#include <array>
+#include <cstring>
+
+#include "tensoracle/errors.h"
+#include "tensoracle/safetensors.h"
+
+namespace tensoracle::plan {
+
+namespace st = tensoracle::safetensors;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kDigestKey = "tensoracle.digest";
+constexpr std::string_view kDigestPrefix = "xxh3-128:";
+constexpr std::size_t kDigestHex = 32;
+
+// ---- names of enum values, as TensorRT spells them -------------------------------------
+
+constexpr std::array<std::string_view, 3> kMatOps = {"NONE", "TRANSPOSE", "VECTOR"};
+constexpr std::array<std::string_view, 14> kEwOps = {"SUM", "PROD", "MAX", "MIN", "SUB", "DIV", "POW",
+                                                     "FLOOR_DIV", "AND", "OR", "XOR", "EQUAL", "GREATER", "LESS"};
+constexpr std::array<std::string_view, 14> kActs = {"RELU", "SIGMOID", "TANH", "LEAKY_RELU", "ELU", "SELU", "SOFTSIGN",
+                                                    "SOFTPLUS", "CLIP", "HARD_SIGMOID", "SCALED_TANH",
+                                                    "THRESHOLDED_RELU", "GELU_ERF", "GELU_TANH"};
+
+constexpr std::array<std::string_view, 25> kUnary = {
+    "EXP", "LOG", "SQRT", "RECIP", "ABS", "NEG", "SIN", "COS", "TAN", "SINH", "COSH", "ASIN", "ACOS",
+    "ATAN", "ASINH", "ACOSH", "ATANH", "CEIL", "FLOOR", "ERF", "NOT", "SIGN", "ROUND", "ISINF", "ISNAN"};
+constexpr std::array<std::string_view, 5> kReduce = {"SUM", "PROD", "MAX", "MIN", "AVG"};
+constexpr std::array<std::string_view, 3> kPool = {"MAX", "AVERAGE", "MAX_AVERAGE_BLEND"};
+constexpr std::array<std::string_view, 4> kPadMode = {"EXPLICIT_ROUND_DOWN", "EXPLICIT_ROUND_UP", "SAME_UPPER", "SAME_LOWER"};
+constexpr std::array<std::string_view, 3> kGather = {"DEFAULT", "ELEMENT", "ND"};
+constexpr std::array<std::string_view, 5> kSample = {"STRICT_BOUNDS", "WRAP", "CLAMP", "FILL", "REFLECT"};
+constexpr std::array<std::string_view, 3> kInterp = {"NEAREST", "LINEAR", "CUBIC"};
+constexpr std::array<std::string_view, 3> kCoord = {"ALIGN_CORNERS", "ASYMMETRIC", "HALF_PIXEL"};
+constexpr std::array<std::string_view, 2> kSelector = {"FORMULA", "UPPER"};
+constexpr std::array<std::string_view, 4> kRound = {"HALF_UP", "HALF_DOWN", "FLOOR", "CEIL"};
+
+template <typename E, std::size_t N>
+std::string enum_name(const std::array<std::string_view, N>& names, E v) {
+  auto i = static_cast<std::size_t>(v);
+  return i < N ? std::string(names[i]) : std::to_string(i);
+}
+
+template <typename E, std::size_t N>
+E enum_value(const std::array<std::string_view, N>& names, const std::string& s) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (names[i] == s) return static_cast<E>(i);
+  throw CorruptEngineError("[engine] unknown enum value '" + s + "' in the plan");
+}
+
+DataType type_of(const json& j) {
+  auto t = parse_type(j.get<std::string>());
+  if (!t) throw CorruptEngineError("[engine] unknown data type '" + j.get<std::string>() + "' in the plan");
+  return *t;
+}
+
+json dims_json(const Dims& d) { return d.vec(); }
+Dims dims_of(const json& j) { return Dims(std::span<const std::int64_t>(j.get<std::vector<std::int64_t>>())); }
+
+json desc_json(const graph::TensorDesc& d) { return {{"type", type_name(d.type)}, {"dims", dims_json(d.dims)}}; }
+graph::TensorDesc desc_of(const json& j) { return {type_of(j.at("type")), dims_of(j.at("dims"))}; }
+
+json perm_json(const Permutation& p) { return std::vector<int>(p.order.begin(), p.order.end()); }
+Permutation perm_of(const json& j) {
+  auto v = j.get<std::vector<int>>();
+  if (v.size() != static_cast<std::size_t>(Dims::kMaxRank)) throw CorruptEngineError("[engine] bad permutation in the plan");
+  Permutation p;
+  std::copy(v.begin(), v.end(), p.order.begin());
+  return p;
+}
+
+json params_json(const LayerParams& params) {
+  return std::visit(
+      [](const auto& p) -> json {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, MatrixMultiplyParams>)
+          return {{"op0", enum_name(kMatOps, p.op0)}, {"op1", enum_name(kMatOps, p.op1)}};
+        else if constexpr (std::is_same_v<P, ElementWiseParams>)
+          return {{"op", enum_name(kEwOps, p.op)}};
+        else if constexpr (std::is_same_v<P, ActivationParams>)
+          return {{"type", enum_name(kActs, p.type)}, {"alpha", p.alpha}, {"beta", p.beta}};
+        else if constexpr (std::is_same_v<P, CastParams>)
+          return {{"to", type_name(p.to)}};
+        else if constexpr (std::is_same_v<P, QuantizeParams> || std::is_same_v<P, DequantizeParams>)
+          return {{"to", type_name(p.to)}, {"axis", p.axis}};
+        else if constexpr (std::is_same_v<P, UnaryParams>)
+          return {{"op", enum_name(kUnary, p.op)}};
+        else if constexpr (std::is_same_v<P, ReduceParams>)
+          return {{"op", enum_name(kReduce, p.op)}, {"axes", p.axes}, {"keep_dims", p.keep_dims}};
+        else if constexpr (std::is_same_v<P, SoftmaxParams>)
+          return {{"axes", p.axes}};
+        else if constexpr (std::is_same_v<P, ConcatenationParams>)
+          return {{"axis", p.axis}};
+        else if constexpr (std::is_same_v<P, SliceParams>)
+          return {{"start", dims_json(p.start)}, {"size", dims_json(p.size)}, {"stride", dims_json(p.stride)},
+                  {"mode", enum_name(kSample, p.mode)}};
+        else if constexpr (std::is_same_v<P, GatherParams>)
+          return {{"axis", p.axis}, {"mode", enum_name(kGather, p.mode)}, {"num_elementwise_dims", p.num_elementwise_dims}};
+        else if constexpr (std::is_same_v<P, PaddingParams>)
+          return {{"pre_padding", dims_json(p.pre_padding)}, {"post_padding", dims_json(p.post_padding)}};
+        else if constexpr (std::is_same_v<P, ConvolutionParams> || std::is_same_v<P, DeconvolutionParams>)
+          return {{"num_output_maps", p.num_output_maps}, {"kernel_size", dims_json(p.kernel_size)},
+                  {"stride", dims_json(p.stride)}, {"pre_padding", dims_json(p.pre_padding)},
+                  {"post_padding", dims_json(p.post_padding)}, {"dilation", dims_json(p.dilation)},
+                  {"num_groups", p.num_groups}, {"padding_mode", enum_name(kPadMode, p.padding_mode)}};
+        else if constexpr (std::is_same_v<P, PoolingParams>)
+          return {{"type", enum_name(kPool, p.type)}, {"window", dims_json(p.window)}, {"stride", dims_json(p.stride)},
+                  {"pre_padding", dims_json(p.pre_padding)}, {"post_padding", dims_json(p.post_padding)},
+                  {"padding_mode", enum_name(kPadMode, p.padding_mode)},
+                  {"average_count_excludes_padding", p.average_count_excludes_padding}, {"blend_factor", p.blend_factor}};
+        else if constexpr (std::is_same_v<P, NormalizationParams>)
+          return {{"axes", p.axes}, {"epsilon", p.epsilon}, {"num_groups", p.num_groups}};
+        else if constexpr (std::is_same_v<P, ResizeParams>)
+          return {{"output_dims", p.output_dims ? dims_json(*p.output_dims) : json(nullptr)}, {"scales", p.scales},
+                  {"mode", enum_name(kInterp, p.mode)},
+                  {"coordinate_transformation", enum_name(kCoord, p.coordinate_transformation)},
+                  {"selector_for_single_pixel", enum_name(kSelector, p.selector_for_single_pixel)},
+                  {"nearest_rounding", enum_name(kRound, p.nearest_rounding)}, {"cubic_coeff", p.cubic_coeff}};
+        else if constexpr (std::is_same_v<P, EinsumParams>)
+          return {{"equation", p.equation}};
+        else if constexpr (std::is_same_v<P, ShuffleParams>)
+          return {{"first_transpose", perm_json(p.first_transpose)},
+                  {"reshape_dims", p.reshape_dims ? dims_json(*p.reshape_dims) : json(nullptr)},
+                  {"second_transpose", perm_json(p.second_transpose)},
+                  {"zero_is_placeholder", p.zero_is_placeholder}};
+        else
+          return json::object();
+      },
+      params);
+}
+
+LayerParams params_of(const std::string& layer, const json& j) {
+  if (layer == "matrix_multiply")
+    return MatrixMultiplyParams{enum_value<MatrixOperation>(kMatOps, j.at("op0")), enum_value<MatrixOperation>(kMatOps, j.at("op1"))};
+  if (layer == "elementwise") return ElementWiseParams{enum_value<ElementWiseOperation>(kEwOps, j.at("op"))};
+  if (layer == "activation")
+    return ActivationParams{enum_value<ActivationType>(kActs, j.at("type")), j.at("alpha").get<float>(), j.at("beta").get<float>()};
+  if (layer == "cast") return CastParams{type_of(j.at("to"))};
+  if (layer == "quantize") return QuantizeParams{type_of(j.at("to")), j.at("axis").get<std::int32_t>()};
+  if (layer == "dequantize") return DequantizeParams{type_of(j.at("to")), j.at("axis").get<std::int32_t>()};
+  if (layer == "shuffle") {
+    ShuffleParams p;
+    p.first_transpose = perm_of(j.at("first_transpose"));
+    if (!j.at("reshape_dims").is_null()) p.reshape_dims = dims_of(j.at("reshape_dims"));
+    p.second_transpose = perm_of(j.at("second_transpose"));
+    p.zero_is_placeholder = j.at("zero_is_placeholder").get<bool>();
+    return p;
+  }
+  if (layer == "identity") return IdentityParams{};
+  if (layer == "unary") return UnaryParams{enum_value<UnaryOperation>(kUnary, j.at("op"))};
+  if (layer == "reduce")
+    return ReduceParams{enum_value<ReduceOperation>(kReduce, j.at("op")), j.at("axes").get<std::uint32_t>(), j.at("keep_dims").get<bool>()};
+  if (layer == "softmax") return SoftmaxParams{j.at("axes").get<std::uint32_t>()};
+  if (layer == "concatenation") return ConcatenationParams{j.at("axis").get<std::int32_t>()};
+  if (layer == "slice")
+    return SliceParams{dims_of(j.at("start")), dims_of(j.at("size")), dims_of(j.at("stride")),
+                       enum_value<SampleMode>(kSample, j.at("mode"))};
+  if (layer == "gather")
+    return GatherParams{j.at("axis").get<std::int32_t>(), enum_value<GatherMode>(kGather, j.at("mode")),
+                        j.at("num_elementwise_dims").get<std::int32_t>()};
+  if (layer == "select") return SelectParams{};
+  if (layer == "padding") return PaddingParams{dims_of(j.at("pre_padding")), dims_of(j.at("post_padding"))};
+  if (layer == "convolution" || layer == "deconvolution") {
+    auto fill = [&](auto p) {
+      p.num_output_maps = j.at("num_output_maps").get<std::int32_t>();
+      p.kernel_size = dims_of(j.at("kernel_size"));
+      p.stride = dims_of(j.at("stride"));
+      p.pre_padding = dims_of(j.at("pre_padding"));
+      p.post_padding = dims_of(j.at("post_padding"));
+      p.dilation = dims_of(j.at("dilation"));
+      p.num_groups = j.at("num_groups").get<std::int32_t>();
+      p.padding_mode = enum_value<PaddingMode>(kPadMode, j.at("padding_mode"));
+      return LayerParams(p);
+    };
+    return layer == "convolution" ? fill(ConvolutionParams{}) : fill(DeconvolutionParams{});
+  }
+  if (layer == "pooling") {
+    PoolingParams p;
+    p.type = enum_value<PoolingType>(kPool, j.at("type"));
+    p.window = dims_of(j.at("window"));
+    p.stride = dims_of(j.at("stride"));
+    p.pre_padding = dims_of(j.at("pre_padding"));
+    p.post_padding = dims_of(j.at("post_padding"));
+    p.padding_mode = enum_value<PaddingMode>(kPadMode, j.at("padding_mode"));
+    p.average_count_excludes_padding = j.at("average_count_excludes_padding").get<bool>();
+    p.blend_factor = j.at("blend_factor").get<float>();
+    return p;
+  }
+  if (layer == "normalization")
+    return NormalizationParams{j.at("axes").get<std::uint32_t>(), j.at("epsilon").get<float>(), j.at("num_groups").get<std::int32_t>()};
+  if (layer == "resize") {
+    ResizeParams p;
+    if (!j.at("output_dims").is_null()) p.output_dims = dims_of(j.at("output_dims"));
+    p.scales = j.at("scales").get<std::vector<float>>();
+    p.mode = enum_value<InterpolationMode>(kInterp, j.at("mode"));
+    p.coordinate_transformation = enum_value<ResizeCoordinateTransformation>(kCoord, j.at("coordinate_transformation"));
+    p.selector_for_single_pixel = enum_value<ResizeSelector>(kSelector, j.at("selector_for_single_pixel"));
+    p.nearest_rounding = enum_value<ResizeRoundMode>(kRound, j.at("nearest_rounding"));
+    p.cubic_coeff = j.at("cubic_coeff").get<float>();
+    return p;
+  }
+  if (layer == "einsum") return EinsumParams{j.at("equation").get<std::string>()};
+  throw CorruptEngineError("[engine] unknown layer type '" + layer + "' in the plan");
+}
+
+st::Dtype st_dtype(DataType t) {
+  switch (t) {
+    case DataType::kFLOAT: return st::Dtype::F32;
+    case DataType::kHALF: return st::Dtype::F16;
+    case DataType::kBF16: return st::Dtype::BF16;
+    case DataType::kINT8: return st::Dtype::I8;
+    case DataType::kINT32: return st::Dtype::I32;
+    case DataType::kINT64: return st::Dtype::I64;
+    case DataType::kBOOL: return st::Dtype::BOOL;
+    case DataType::kUINT8: return st::Dtype::U8;
+    case DataType::kFP8: return st::Dtype::F8_E4M3;
+  }
+  throw BuildError("[engine] invalid data type");
+}
+
+std::string weight_name(std::size_t id) { return "value." + std::to_string(id); }
+
+std::string hex(const XXH128_hash_t& h) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (unsigned char b : c.digest) {
+    s += kHex[b >> 4];
+    s += kHex[b & 0xF];
+  }
+  return s;
+}
+
+// Digest of `bytes` with the kDigestHex bytes at `at` read as '0'.
+std::string digest(std::span<const std::byte> bytes, std::size_t at) {
+  static const std::string zeros(kDigestHex, '0');
+  XXH3_state_t* s = XXH3_createState();
+  if (s == nullptr) throw std::bad_alloc();
+  XXH3_128bits_reset(s);
+  XXH3_128bits_update(s, bytes.data(), at);
+  XXH3_128bits_update(s, zeros.data(), kDigestHex);
+  XXH3_128bits_update(s, bytes.data() + at + kDigestHex, bytes.size() - at - kDigestHex);
+  auto h = XXH3_128bits_digest(s);
+  XXH3_freeState(s);
+  return hex(h);
+}
+
+// Position of the digest's hex digits in the file: `"tensoracle.digest":"xxh3-128:` occurs
+// once in the header (JSON escapes any quote inside strings, so it cannot occur in a value).
+std::size_t digest_position(std::span<const std::byte> bytes, std::uint64_t header_end) {
+  std::string needle = "\"" + std::string(kDigestKey) + "\":\"" + std::string(kDigestPrefix);
+  std::string_view header(reinterpret_cast<const char*>(bytes.data()), header_end);
+  auto p = header.find(needle);
+  if (p == std::string_view::npos || header.find(needle, p + 1) != std::string_view::npos) return std::string_view::npos;
+  p += needle.size();
+  if (p + kDigestHex >= header.size()) return std::string_view::npos;
+  return p;
+}
+
+}  // namespace
+
+json plan_to_json(const Plan& plan) {
+  json j;
+  j["name"] = plan.name;
+  auto& io = j["io"] = json::array();
+  for (std::size_t i = 0; i < plan.io.size(); ++i) {
+    const auto& t = plan.io[i];
+    io.push_back({{"name", t.name}, {"mode", t.mode == TensorIOMode::kINPUT ? "input" : "output"},
+                  {"type", type_name(t.type)}, {"dims", dims_json(t.dims)}, {"min", dims_json(t.min)},
+                  {"opt", dims_json(t.opt)}, {"max", dims_json(t.max)}, {"value", plan.io_values[i]}});
+  }
+  auto& values = j["values"] = json::array();
+  const auto& g = plan.graph;
+  for (std::size_t v = 0; v < g.values.size(); ++v) {
+    const auto& val = g.values[v];
+    json e = {{"name", val.name}, {"type", type_name(val.desc.type)}, {"dims", dims_json(val.desc.dims)}};
+    e["role"] = val.is_input ? "input" : val.constant ? "constant" : val.is_output ? "output" : "activation";
+    if (val.is_input && val.is_output) e["role"] = "input";
+    e["producer"] = val.producer;
+    e["is_output"] = val.is_output;
+    e["arena_offset"] = plan.memory.offsets.empty() ? -1 : plan.memory.offsets[v];
+    e["max_bytes"] = plan.max_bytes.empty() ? 0 : plan.max_bytes[v];
+    if (val.constant) e["weight"] = weight_name(v);
+    values.push_back(std::move(e));
+  }
+  auto& nodes = j["nodes"] = json::array();
+  for (const auto& n : g.nodes) {
+    json e = {{"name", n.name}, {"layer", layer_type_name(n.type())}, {"params", params_json(n.params)},
+              {"inputs", n.inputs}, {"output", n.output}, {"main", desc_json(n.main_desc)}, {"tactic", n.tactic}};
+    auto& ep = e["epilogue"] = json::array();
+    for (const auto& op : n.epilogue)
+      ep.push_back({{"layer_name", op.layer},
+                    {"layer", layer_type_name(static_cast<LayerType>(op.params.index()))},
+                    {"params", params_json(op.params)},
+                    {"operand", op.operand},
+                    {"operand_first", op.operand_first},
+                    {"out", desc_json(op.desc)}});
+    nodes.push_back(std::move(e));
+  }
+  j["inputs"] = g.inputs;
+  j["outputs"] = g.outputs;
+  j["memory"] = {{"arena_bytes", plan.memory.arena_bytes},
+                 {"naive_bytes", plan.memory.naive_bytes},
+                 {"alignment", build::MemoryPlan::kAlignment},
+                 {"workspace_bytes", plan.workspace_bytes}};
+  j["build"] = plan.build;
+  return j;
+}
+
+std::vector<std::byte> write_engine(const Plan& plan, int format_version) {
+  std::vector<st::TensorData> tensors;
+  for (std::size_t v = 0; v < plan.graph.values.size(); ++v) {
+    const auto& val = plan.graph.values[v];
+    if (!val.constant) continue;
+    tensors.push_back({weight_name(v), st_dtype(val.desc.type), val.desc.dims.vec(), val.constant->bytes()});
+  }
+  st::Metadata meta;
+  meta["tensoracle.format"] = std::to_string(format_version);
+  meta["tensoracle.target"] = plan.target.dump();
+  meta["tensoracle.plan"] = plan_to_json(plan).dump();
+  meta[std::string(kDigestKey)] = std::string(kDigestPrefix) + std::string(kDigestHex, '0');
+  auto bytes = st::serialize(tensors, meta);
+  std::uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  auto at = digest_position(bytes, 8 + n);
+  if (at == std::string_view::npos) throw BuildError("[engine] internal error: digest field not found");
+  auto d = digest(bytes, at);
+  std::memcpy(bytes.data() + at, d.data(), kDigestHex);
+  return bytes;
+}
+
+Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std::shared_ptr<const void> owner) {
+  auto corrupt = [&](const std::string& why) -> CorruptEngineError {
+    return CorruptEngineError("[engine] " + name + ": " + why + "; rebuild the engine");
+  };
+  std::optional<st::File> file;
+  try {
+    file = st::File::parse(bytes, name);
+  } catch (const FormatError& e) {
+    throw corrupt(std::string("damaged or truncated (") + e.what() + ")");
+  }
+  const auto& meta = file->metadata();
+  auto get = [&](std::string_view key) -> const std::string& {
+    auto it = meta.find(std::string(key));
+    if (it == meta.end()) throw corrupt("not a tensoracle engine (no '" + std::string(key) + "' metadata)");
+    return it->second;
+  };
+  const std::string& stored = get(kDigestKey);
+  auto at = digest_position(bytes, file->data_offset());
+  if (at == std::string_view::npos || stored.size() != kDigestPrefix.size() + kDigestHex)
+    throw corrupt("its digest field is malformed");
+  std::string actual = digest(bytes, at);
+  if (stored.substr(kDigestPrefix.size()) != actual)
+    throw corrupt("damaged: its digest does not match its contents");
+  const std::string& format = get("tensoracle.format");
+  if (format != std::to_string(kEngineFormatVersion))
+    throw IncompatibleEngineError("[engine] " + name + ": engine format version " + format +
+                                  "; this tensoracle reads version " + std::to_string(kEngineFormatVersion) +
+                                  "; rebuild the engine");
+  Plan plan;
+  try {
+    plan.target = json::parse(get("tensoracle.target"));
+    json j = json::parse(get("tensoracle.plan"));
+    plan.name = j.at("name").get<std::string>();
+    auto& g = plan.graph;
+    for (const auto& e : j.at("values")) {
+      graph::Value v;
+      v.name = e.at("name").get<std::string>();
+      v.desc = {type_of(e.at("type")), dims_of(e.at("dims"))};
+      v.producer = e.at("producer").get<int>();
+      v.is_input = e.at("role") == "input";
+      v.is_output = e.at("is_output").get<bool>();
+      plan.memory.offsets.push_back(e.at("arena_offset").get<std::int64_t>());
+      plan.max_bytes.push_back(e.at("max_bytes").get<std::uint64_t>());
+      if (e.contains("weight")) {
+        const auto& t = file->at(e.at("weight").get<std::string>());
+        if (t.dtype != st_dtype(v.desc.type) || t.shape != v.desc.dims.vec())
+          throw corrupt("weight '" + t.name + "' does not match its value");
+        auto view = file->view(t).bytes();
+        v.constant = Weights(v.desc.type, view.data(), static_cast<std::int64_t>(t.numel()), owner);
+      }
+      g.values.push_back(std::move(v));
+    }
+    for (const auto& e : j.at("nodes")) {
+      graph::Node n;
+      n.name = e.at("name").get<std::string>();
+      n.params = params_of(e.at("layer").get<std::string>(), e.at("params"));
+      n.inputs = e.at("inputs").get<std::vector<int>>();
+      n.output = e.at("output").get<int>();
+      n.main_desc = desc_of(e.at("main"));
+      n.tactic = e.at("tactic").get<std::string>();
+      for (const auto& o : e.at("epilogue")) {
+        graph::EpilogueOp op;
+        op.layer = o.at("layer_name").get<std::string>();
+        op.params = params_of(o.at("layer").get<std::string>(), o.at("params"));
+        op.operand = o.at("operand").get<int>();
+        op.operand_first = o.at("operand_first").get<bool>();
+        op.desc = desc_of(o.at("out"));
+        n.epilogue.push_back(std::move(op));
+      }
+      g.nodes.push_back(std::move(n));
+    }
+    g.inputs = j.at("inputs").get<std::vector<int>>();
+    g.outputs = j.at("outputs").get<std::vector<int>>();
+    for (const auto& e : j.at("io")) {
+      IOTensorInfo t;
+      t.name = e.at("name").get<std::string>();
+      t.mode = e.at("mode") == "input" ? TensorIOMode::kINPUT : TensorIOMode::kOUTPUT;
+      t.type = type_of(e.at("type"));
+      t.dims = dims_of(e.at("dims"));
+      t.min = dims_of(e.at("min"));
+      t.opt = dims_of(e.at("opt"));
+      t.max = dims_of(e.at("max"));
+      plan.io.push_back(std::move(t));
+      plan.io_values.push_back(e.at("value").get<int>());
+    }
+    const auto& m = j.at("memory");
+    plan.memory.arena_bytes = m.at("arena_bytes").get<std::uint64_t>();
+    plan.memory.naive_bytes = m.at("naive_bytes").get<std::uint64_t>();
+    plan.workspace_bytes = m.at("workspace_bytes").get<std::uint64_t>();
+    plan.build = j.at("build");
+    graph::verify(g, "load");
+  } catch (const CorruptEngineError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw corrupt(std::string("its plan is inconsistent: ") + e.what());
+  }
+  return plan;
+}
+
+}  // namespace tensoracle::plan

@@ -1,0 +1,228 @@
+// Builder + engine file + CPU runtime, end to end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "plan/plan.h"
+#include "st_helpers.h"
+#include "tensoracle/builder.h"
+#include "tensoracle/engine.h"
+#include "tensoracle/errors.h"
+#include "tensoracle/safetensors.h"
+
+using namespace tensoracle;
+
+namespace {
+
+std::vector<float> uniform(std::size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// features (16x32) @ matrix (32x16) + bias (1x16), then GELU.
+struct Linear {
+  std::vector<float> matrix = uniform(32 * 16, -0.25f, 0.25f, 29);
+  std::vector<float> bias = uniform(16, -0.1f, 0.1f, 30);
+  void operator()(Network& net) const {
+    auto* x = net.add_input("features", DataType::kFLOAT, {-1, 32});
+    auto* w = net.add_constant({32, 16}, Weights(DataType::kFLOAT, matrix.data(), 512, nullptr))->get_output(0);
+    auto* b = net.add_constant({1, 16}, Weights(DataType::kFLOAT, bias.data(), 16, nullptr))->get_output(0);
+    auto* y = net.add_matrix_multiply(x, MatrixOperation::kNONE, w, MatrixOperation::kNONE)->get_output(0);
+    y = net.add_elementwise(y, b, ElementWiseOperation::kSUM)->get_output(0);
+    y = net.add_activation(y, ActivationType::kGELU_ERF)->get_output(0);
+    y->set_name("result");
+    net.mark_output(y);
+  }
+  std::vector<float> reference(const std::vector<float>& x, int rows) const {
+    std::vector<float> out(static_cast<std::size_t>(rows) * 16);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < 16; ++c) {
+        double acc = bias[static_cast<std::size_t>(c)];
+        for (int k = 0; k < 32; ++k)
+          acc += static_cast<double>(x[static_cast<std::size_t>(r * 32 + k)]) * matrix[static_cast<std::size_t>(k * 16 + c)];
+        out[static_cast<std::size_t>(r * 16 + c)] = static_cast<float>(0.5 * acc * (1 + std::erf(acc / std::sqrt(2.0))));
+      }
+    return out;
+  }
+};
+
+EngineBuild linear_declaration() {
+  EngineBuild d;
+  d.inputs["features"] = InputShape::ranged({1, 32}, {16, 32}, {64, 32});
+  d.settings.device = "cpu";
+  return d;
+}
+
+}  // namespace
+
+TEST(Engine, BuildsRunsAndMatchesAReference) {
+  Linear model;
+  auto bytes = build_serialized_engine(model, linear_declaration());
+  Engine e = Engine::deserialize(bytes);
+  ASSERT_EQ(e.io_tensors().size(), 2u);
+  EXPECT_EQ(e.io_tensor("features").dims, (Dims{-1, 32}));
+  EXPECT_EQ(e.io_tensor("result").max, (Dims{64, 16}));
+  auto layers = e.layers();
+  ASSERT_EQ(layers.size(), 1u);  // matmul + bias + gelu fused into one node
+  EXPECT_EQ(layers[0].type, "matrix_multiply");
+  EXPECT_EQ(layers[0].fused.size(), 2u);
+  EXPECT_FALSE(layers[0].tactic.empty());
+
+  for (int rows : {1, 16, 64}) {
+    auto x = uniform(static_cast<std::size_t>(rows) * 32, -1.f, 1.f, static_cast<unsigned>(rows));
+    auto exec = e.create_execution();
+    auto out = exec.run({{"features", {DataType::kFLOAT, {rows, 32}, x.data()}}});
+    const auto& r = out.at("result");
+    ASSERT_EQ(r.dims, (Dims{rows, 16}));
+    auto ref = model.reference(x, rows);
+    const float* got = reinterpret_cast<const float*>(r.data.get());
+    for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 2e-5f) << rows << " " << i;
+  }
+}
+
+TEST(Engine, ExecutionChecksShapesAndBindings) {
+  Linear model;
+  Engine e = Engine::deserialize(build_serialized_engine(model, linear_declaration()));
+  auto exec = e.create_execution();
+  EXPECT_THROW(exec.enqueue(), InvalidArgument);  // dynamic input shape not set
+  EXPECT_THROW(exec.set_input_shape("features", {65, 32}), InvalidArgument);  // above max
+  EXPECT_THROW(exec.set_input_shape("features", {8, 31}), InvalidArgument);
+  EXPECT_THROW(exec.set_input_shape("features", {8}), InvalidArgument);
+  EXPECT_THROW(exec.set_input_shape("nope", {8, 32}), InvalidArgument);
+  exec.set_input_shape("features", {8, 32});
+  EXPECT_EQ(exec.tensor_shape("result"), (Dims{8, 16}));
+  try {
+    exec.enqueue();
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("no address for input 'features'"), std::string::npos) << e.what();
+  }
+  std::vector<double> wrong(8 * 32);
+  EXPECT_THROW(exec.run({{"features", {DataType::kINT32, {8, 32}, wrong.data()}}}), InvalidArgument);
+}
+
+TEST(Engine, ConcurrentExecutionsShareOneEngine) {
+  Linear model;
+  Engine e = Engine::deserialize(build_serialized_engine(model, linear_declaration()));
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      auto exec = e.create_execution();
+      int rows = 8 + t;
+      auto x = uniform(static_cast<std::size_t>(rows) * 32, -1.f, 1.f, 100u + static_cast<unsigned>(t));
+      auto ref = model.reference(x, rows);
+      bool good = true;
+      for (int it = 0; it < 20; ++it) {
+        auto out = exec.run({{"features", {DataType::kFLOAT, {rows, 32}, x.data()}}});
+        const float* got = reinterpret_cast<const float*>(out.at("result").data.get());
+        for (std::size_t i = 0; i < ref.size(); ++i) good = good && std::fabs(got[i] - ref[i]) < 2e-5f;
+      }
+      ok[static_cast<std::size_t>(t)] = good;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok, std::vector<int>(4, 1));
+}
+
+TEST(Engine, DeclarationErrors) {
+  Linear model;
+  auto expect = [&](EngineBuild d, const char* needle) {
+    try {
+      build_serialized_engine(model, d);
+      FAIL() << needle;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  EngineBuild d = linear_declaration();
+  d.inputs.clear();
+  expect(d, "input 'features' (-1, 32) has no InputShape");
+  d = linear_declaration();
+  d.inputs["other"] = InputShape::fixed({1});
+  expect(d, "names input 'other', which the network does not have");
+  d = linear_declaration();
+  d.inputs["features"] = InputShape::fixed({4, 32, 1});
+  expect(d, "has rank 3");
+  d.inputs["features"] = InputShape::fixed({4, 31});
+  expect(d, "contradicts static dimension 1 = 32");
+  d.inputs["features"] = InputShape::ranged({8, 32}, {4, 32}, {16, 32});
+  expect(d, "needs min <= opt <= max");
+  d = linear_declaration();
+  d.settings.tf32 = true;
+  expect(d, "tf32=true is not allowed");
+  d = linear_declaration();
+  d.settings.optimization_level = 6;
+  expect(d, "optimization_level 6 is outside 0..5");
+  d = linear_declaration();
+  d.settings.device = "tpu";
+  expect(d, "device 'tpu'");
+  d = linear_declaration();
+  d.settings.device = "cuda:0";
+  EXPECT_THROW(build_serialized_engine(model, d), BuildError);
+  d = linear_declaration();
+  d.settings.workspace_limit = 16;
+  EXPECT_THROW(build_serialized_engine(model, d), BuildError);
+}
+
+TEST(Engine, FileRoundTripAndInspection) {
+  Linear model;
+  auto bytes = build_serialized_engine(model, linear_declaration());
+  tensoracle::testing::TempDir dir;
+  auto path = dir.path / "linear.engine";
+  tensoracle::testing::write_bytes(path, bytes);
+  Engine a = Engine::load(path);
+  Engine b = Engine::deserialize(bytes);
+  EXPECT_EQ(a.plan_json(), b.plan_json());
+  EXPECT_NE(a.plan_json().find("\"arena_bytes\""), std::string::npos);
+  EXPECT_NE(a.target_json().find("\"backend\":\"cpu\""), std::string::npos);
+  EXPECT_EQ(a.weight_bytes(), (32 * 16 + 16) * 4u);
+  // The same network and declaration give the same bytes.
+  EXPECT_EQ(build_serialized_engine(model, linear_declaration()), bytes);
+}
+
+TEST(Engine, EveryFlippedByteIsCorruptAndTruncationToo) {
+  Linear model;
+  auto bytes = build_serialized_engine(model, linear_declaration());
+  int corrupt = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    auto copy = bytes;
+    copy[i] ^= std::byte{0x01};
+    try {
+      Engine::deserialize(copy);
+      ADD_FAILURE() << "flipping byte " << i << " went unnoticed";
+    } catch (const CorruptEngineError&) {
+      ++corrupt;
+    }
+  }
+  EXPECT_EQ(corrupt, static_cast<int>(bytes.size()));
+  for (std::size_t n : {std::size_t{0}, std::size_t{7}, bytes.size() / 2, bytes.size() - 1})
+    EXPECT_THROW(Engine::deserialize(std::span(bytes).first(n)), CorruptEngineError) << n;
+  // A valid safetensors file that is not an engine.
+  std::vector<float> w(4, 1.f);
+  auto plain = safetensors::serialize({{"w", safetensors::Dtype::F32, {4}, std::as_bytes(std::span(w))}});
+  EXPECT_THROW(Engine::deserialize(plain), CorruptEngineError);
+}
+
+TEST(Engine, OtherVersionsAndTargetsAreIncompatible) {
+  Linear model;
+  auto bytes = build_serialized_engine(model, linear_declaration());
+  plan::Plan p = plan::read_engine(bytes, "test", nullptr);
+  auto v2 = plan::write_engine(p, kEngineFormatVersion + 1);
+  try {
+    Engine::deserialize(v2);
+    FAIL();
+  } catch (const IncompatibleEngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("engine format version 2"), std::string::npos) << e.what();
+  }
+  plan::Plan cuda = p;
+  cuda.target["backend"] = "cuda";
+  EXPECT_THROW(Engine::deserialize(plan::write_engine(cuda)), IncompatibleEngineError);
+  plan::Plan arm = p;
+  arm.target["arch"] = "riscv128";
+  EXPECT_THROW(Engine::deserialize(plan::write_engine(arm)), IncompatibleEngineError);
+}

@@ -1,0 +1,170 @@
+// Builder passes: each checked by the graph's structure after it runs, not only by numbers.
+#include <gtest/gtest.h>
+
+#include "build/passes.h"
+#include "graph/graph.h"
+#include "runtime/backend.h"
+#include "tensoracle/errors.h"
+
+using namespace tensoracle;
+using graph::Graph;
+
+namespace {
+
+Weights floats(std::vector<float> v) { return Weights::copy_of(DataType::kFLOAT, v.data(), static_cast<std::int64_t>(v.size())); }
+
+std::vector<std::string> node_names(const Graph& g) {
+  std::vector<std::string> out;
+  for (const auto& n : g.nodes) out.push_back(n.name);
+  return out;
+}
+
+auto fuse_all = [](const Graph&, const graph::Node&, const graph::EpilogueOp&) { return true; };
+
+}  // namespace
+
+TEST(Passes, DeadCodeRemovesUnreachableNodesAndConstants) {
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {2, 2});
+  auto* unused_c = net.add_constant({2, 2}, floats({1, 2, 3, 4}))->get_output(0);
+  auto* dead = net.add_elementwise(x, unused_c, ElementWiseOperation::kSUM);
+  dead->set_name("dead_sum");
+  auto* live = net.add_activation(x, ActivationType::kRELU);
+  live->set_name("relu");
+  net.mark_output(live->get_output(0));
+  Graph g = graph::from_network(net);
+  ASSERT_EQ(g.nodes.size(), 2u);
+  auto log = build::dead_code(g);
+  graph::verify(g, "dead_code");
+  EXPECT_EQ(node_names(g), std::vector<std::string>{"relu"});
+  EXPECT_EQ(g.values.size(), 2u);  // x and relu's output; the constant went too
+  ASSERT_FALSE(log.changes.empty());
+  EXPECT_NE(log.changes[0].find("dead_sum"), std::string::npos);
+}
+
+TEST(Passes, ConstantFoldingEvaluatesConstantSubgraphsButKeepsDequantize) {
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {1, 4});
+  auto* a = net.add_constant({1, 4}, floats({1, 2, 3, 4}))->get_output(0);
+  auto* b = net.add_constant({1, 4}, floats({10, 20, 30, 40}))->get_output(0);
+  auto* ab = net.add_elementwise(a, b, ElementWiseOperation::kSUM);
+  ab->set_name("const_sum");
+  auto* scale = net.add_constant({1}, floats({0.5f}))->get_output(0);
+  auto* q = net.add_quantize(ab->get_output(0), scale, DataType::kINT8);
+  q->set_name("q_weights");
+  auto* dq = net.add_dequantize(q->get_output(0), scale, DataType::kFLOAT);
+  dq->set_name("dq_weights");
+  auto* y = net.add_elementwise(x, dq->get_output(0), ElementWiseOperation::kPROD);
+  y->set_name("mul");
+  net.mark_output(y->get_output(0));
+  Graph g = graph::from_network(net);
+  auto log = build::constant_fold(g, runtime::evaluate_constant_node);
+  graph::verify(g, "constant_fold");
+  EXPECT_EQ(node_names(g), (std::vector<std::string>{"dq_weights", "mul"}));
+  ASSERT_EQ(log.changes.size(), 2u);
+  // The quantized weights are now an int8 constant: (1+10)/0.5 = 22, ..., saturating at 127.
+  const auto& qv = g.values[static_cast<std::size_t>(g.nodes[0].inputs[0])];
+  ASSERT_TRUE(qv.constant.has_value());
+  EXPECT_EQ(qv.desc.type, DataType::kINT8);
+  auto* q8 = static_cast<const std::int8_t*>(qv.constant->values());
+  EXPECT_EQ(q8[0], 22);
+  EXPECT_EQ(q8[1], 44);
+  EXPECT_EQ(q8[2], 66);
+  EXPECT_EQ(q8[3], 88);
+}
+
+TEST(Passes, FusionAbsorbsPointwiseChainsIntoTheirProducer) {
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {8, 16});
+  auto* w = net.add_constant({16, 4}, floats(std::vector<float>(64, 0.5f)))->get_output(0);
+  auto* bias = net.add_constant({1, 4}, floats({1, 2, 3, 4}))->get_output(0);
+  auto* mm = net.add_matrix_multiply(x, MatrixOperation::kNONE, w, MatrixOperation::kNONE);
+  mm->set_name("mm");
+  auto* add = net.add_elementwise(bias, mm->get_output(0), ElementWiseOperation::kSUM);  // bias first
+  add->set_name("bias");
+  auto* act = net.add_activation(add->get_output(0), ActivationType::kGELU_ERF);
+  act->set_name("gelu");
+  auto* cast = net.add_cast(act->get_output(0), DataType::kHALF);
+  cast->set_name("to_half");
+  net.mark_output(cast->get_output(0));
+  Graph g = graph::from_network(net);
+  auto log = build::fuse_pointwise(g, fuse_all);
+  graph::verify(g, "fuse_pointwise");
+  ASSERT_EQ(g.nodes.size(), 1u);
+  const auto& n = g.nodes[0];
+  EXPECT_EQ(n.name, "mm");
+  ASSERT_EQ(n.epilogue.size(), 3u);
+  EXPECT_EQ(n.epilogue[0].layer, "bias");
+  EXPECT_TRUE(n.epilogue[0].operand_first);
+  EXPECT_EQ(n.epilogue[1].layer, "gelu");
+  EXPECT_EQ(n.epilogue[2].layer, "to_half");
+  EXPECT_EQ(g.values[static_cast<std::size_t>(n.output)].desc.type, DataType::kHALF);
+  EXPECT_EQ(n.main_desc.type, DataType::kFLOAT);
+  EXPECT_EQ(log.changes.size(), 3u);
+}
+
+TEST(Passes, FusionStopsAtSharedOutputsAndUpcastingBroadcasts) {
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {4, 1});
+  auto* y = net.add_input("y", DataType::kFLOAT, {4, 8});
+  auto* r = net.add_activation(x, ActivationType::kRELU);
+  r->set_name("relu");
+  // relu's output (4, 1) broadcasts up to (4, 8): the sum cannot run as relu's epilogue.
+  auto* s = net.add_elementwise(r->get_output(0), y, ElementWiseOperation::kSUM);
+  s->set_name("sum");
+  // sum's output has two readers: neither may absorb it.
+  auto* t = net.add_activation(s->get_output(0), ActivationType::kTANH);
+  t->set_name("tanh");
+  auto* u = net.add_activation(s->get_output(0), ActivationType::kSIGMOID);
+  u->set_name("sigmoid");
+  net.mark_output(t->get_output(0));
+  net.mark_output(u->get_output(0));
+  Graph g = graph::from_network(net);
+  auto log = build::fuse_pointwise(g, fuse_all);
+  graph::verify(g, "fuse_pointwise");
+  EXPECT_EQ(node_names(g), (std::vector<std::string>{"relu", "sum", "tanh", "sigmoid"}));
+  EXPECT_TRUE(log.changes.empty());
+  // A backend that declines fusion is respected.
+  Network net2;
+  auto* a = net2.add_input("a", DataType::kFLOAT, {4});
+  auto* b = net2.add_activation(net2.add_activation(a, ActivationType::kRELU)->get_output(0), ActivationType::kTANH);
+  net2.mark_output(b->get_output(0));
+  Graph g2 = graph::from_network(net2);
+  build::fuse_pointwise(g2, [](const Graph&, const graph::Node&, const graph::EpilogueOp&) { return false; });
+  EXPECT_EQ(g2.nodes.size(), 2u);
+}
+
+TEST(Passes, MemoryPlanSharesBytesBetweenValuesThatAreNotLiveTogether) {
+  // A chain x -> a -> b -> c -> d(out): a and c can share, b sits beside them.
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {256});
+  Tensor* t = x;
+  for (const char* name : {"a", "b", "c"}) {
+    auto* l = net.add_activation(t, ActivationType::kRELU);
+    l->set_name(name);
+    t = l->get_output(0);
+  }
+  auto* d = net.add_activation(t, ActivationType::kTANH);
+  net.mark_output(d->get_output(0));
+  Graph g = graph::from_network(net);
+  std::vector<std::uint64_t> bytes(g.values.size(), 1024);
+  auto plan = build::plan_memory(g, bytes);
+  EXPECT_EQ(plan.naive_bytes, 3 * 1024u);
+  EXPECT_EQ(plan.arena_bytes, 2 * 1024u);
+  auto off = [&](const char* layer) {
+    for (const auto& n : g.nodes)
+      if (n.name == layer) return plan.offsets[static_cast<std::size_t>(n.output)];
+    return std::int64_t{-2};
+  };
+  EXPECT_EQ(off("a"), off("c"));
+  EXPECT_NE(off("a"), off("b"));
+  EXPECT_EQ(plan.offsets[static_cast<std::size_t>(g.outputs[0])], -1);  // outputs use caller buffers
+  EXPECT_EQ(plan.offsets[static_cast<std::size_t>(g.inputs[0])], -1);
+  // Every pair of values whose lifetimes overlap occupies disjoint bytes.
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (std::size_t j = i + 1; j < g.nodes.size(); ++j) {
+      auto vi = static_cast<std::size_t>(g.nodes[i].output), vj = static_cast<std::size_t>(g.nodes[j].output);
+      if (plan.offsets[vi] < 0 || plan.offsets[vj] < 0 || j > i + 1) continue;
+      EXPECT_TRUE(plan.offsets[vi] + 1024 <= plan.offsets[vj] || plan.offsets[vj] + 1024 <= plan.offsets[vi]);
+    }
+}

@@ -1,0 +1,171 @@
+// Bindings of tensoracle/builder.h and tensoracle/engine.h.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "tensoracle/builder.h"
+#include "tensoracle/engine.h"
+#include "tensoracle/errors.h"
+
+namespace nb = nanobind;
+
+namespace tensoracle::python {
+
+namespace {
+
+std::string mode_name(TensorIOMode m) { return m == TensorIOMode::kINPUT ? "input" : "output"; }
+
+}  // namespace
+
+void bind_engine(nb::module_& m) {
+  nb::class_<InputShape>(m, "InputShape", "Execution-time shapes of one input: min <= opt <= max")
+      .def_static("fixed", &InputShape::fixed, nb::arg("shape"))
+      .def_static("ranged", &InputShape::ranged, nb::arg("min"), nb::arg("opt"), nb::arg("max"))
+      .def_ro("min", &InputShape::min)
+      .def_ro("opt", &InputShape::opt)
+      .def_ro("max", &InputShape::max)
+      .def("__repr__", [](const InputShape& s) {
+        return s.is_fixed() ? "InputShape.fixed(" + s.opt.str() + ")"
+                            : "InputShape.ranged(" + s.min.str() + ", " + s.opt.str() + ", " + s.max.str() + ")";
+      });
+
+  nb::class_<BuilderSettings>(m, "BuilderSettings")
+      .def(
+          "__init__",
+          [](BuilderSettings* s, int level, std::string device, std::uint64_t workspace_limit, bool tf32, bool verbose) {
+            new (s) BuilderSettings{level, std::move(device), workspace_limit, tf32, verbose};
+            s->validate();
+          },
+          nb::kw_only(), nb::arg("optimization_level") = 3, nb::arg("device") = "auto", nb::arg("workspace_limit") = 0,
+          nb::arg("tf32") = false, nb::arg("verbose") = false)
+      .def_ro("optimization_level", &BuilderSettings::optimization_level)
+      .def_ro("device", &BuilderSettings::device)
+      .def_ro("workspace_limit", &BuilderSettings::workspace_limit)
+      .def_ro("tf32", &BuilderSettings::tf32)
+      .def_ro("verbose", &BuilderSettings::verbose);
+
+  nb::class_<EngineBuild>(m, "EngineBuild", "Input shapes and builder settings of an engine")
+      .def(
+          "__init__",
+          [](EngineBuild* e, std::map<std::string, InputShape> inputs, std::optional<BuilderSettings> settings) {
+            new (e) EngineBuild{std::move(inputs), settings.value_or(BuilderSettings{})};
+          },
+          nb::arg("inputs"), nb::arg("settings") = nb::none())
+      .def_ro("inputs", &EngineBuild::inputs)
+      .def_ro("settings", &EngineBuild::settings)
+      .def("canonical", &EngineBuild::canonical);
+
+  m.def("set_cpu_threads", &set_cpu_threads, nb::arg("n"),
+        "Threads the CPU backend's kernels use, process-wide (0: the machine's cores)");
+  m.def("cpu_threads", &cpu_threads);
+
+  m.def(
+      "build_serialized_engine",
+      [](nb::callable graph, const EngineBuild& decl, const std::vector<std::string>& plugins) {
+        std::vector<std::filesystem::path> paths(plugins.begin(), plugins.end());
+        // The network is lent to the graph function for the duration of the call (as
+        // TensorRT's builder lends its INetworkDefinition): do not keep it afterwards.
+        auto call = [&](Network& net) { graph(nb::cast(&net, nb::rv_policy::reference)); };
+        auto bytes = build_serialized_engine(call, decl, paths);
+        return nb::bytes(bytes.data(), bytes.size());
+      },
+      nb::arg("graph"), nb::arg("declaration"), nb::arg("plugins") = std::vector<std::string>{},
+      "Calls graph(network) once, builds the network into an engine and returns the engine file's bytes");
+
+  nb::class_<IOTensorInfo>(m, "IOTensorInfo")
+      .def_ro("name", &IOTensorInfo::name)
+      .def_prop_ro("mode", [](const IOTensorInfo& t) { return mode_name(t.mode); })
+      .def_ro("dtype", &IOTensorInfo::type)
+      .def_ro("shape", &IOTensorInfo::dims)
+      .def_ro("min", &IOTensorInfo::min)
+      .def_ro("opt", &IOTensorInfo::opt)
+      .def_ro("max", &IOTensorInfo::max)
+      .def("__repr__", [](const IOTensorInfo& t) {
+        return "IOTensorInfo('" + t.name + "', " + mode_name(t.mode) + ", " + std::string(type_name(t.type)) + ", " +
+               t.dims.str() + ")";
+      });
+
+  nb::class_<LayerInfo>(m, "LayerInfo")
+      .def_ro("name", &LayerInfo::name)
+      .def_ro("type", &LayerInfo::type)
+      .def_ro("fused", &LayerInfo::fused)
+      .def_ro("tactic", &LayerInfo::tactic)
+      .def_ro("inputs", &LayerInfo::inputs)
+      .def_ro("output", &LayerInfo::output);
+
+  nb::class_<Execution>(m, "Execution", "One execution context: activation memory, shapes and bindings")
+      .def("set_input_shape", &Execution::set_input_shape, nb::arg("name"), nb::arg("shape"))
+      .def("get_tensor_shape", &Execution::tensor_shape, nb::arg("name"))
+      .def(
+          "set_tensor_address",
+          [](Execution& e, const std::string& name, std::uintptr_t address) {
+            e.set_tensor_address(name, reinterpret_cast<void*>(address));
+          },
+          nb::arg("name"), nb::arg("address"))
+      .def(
+          "enqueue",
+          [](Execution& e, std::uintptr_t stream) {
+            nb::gil_scoped_release release;
+            e.enqueue(reinterpret_cast<void*>(stream));
+          },
+          nb::arg("stream") = 0, "Runs the engine on the bound buffers (CPU: to completion)")
+      .def(
+          "execute_async_v3",
+          [](Execution& e, std::uintptr_t stream) {
+            nb::gil_scoped_release release;
+            e.enqueue(reinterpret_cast<void*>(stream));
+            return true;
+          },
+          nb::arg("stream_handle") = 0, "TensorRT's name for enqueue")
+      .def(
+          "run",
+          [](Execution& e, const nb::dict& inputs) {
+            std::vector<ArrayView> keep;
+            std::map<std::string, HostTensorView> views;
+            for (auto [k, v] : inputs) {
+              std::string name = nb::cast<std::string>(k);
+              keep.push_back(array_view(v, "input '" + name + "'"));
+              views[name] = {keep.back().type, keep.back().dims, keep.back().data};
+            }
+            std::map<std::string, HostTensor> out;
+            {
+              nb::gil_scoped_release release;
+              out = e.run(views);
+            }
+            nb::dict result;
+            for (const auto& [name, t] : out) result[name.c_str()] = to_numpy(t);
+            return result;
+          },
+          nb::arg("inputs"), "Runs on NumPy arrays {name: array}; returns {name: array} of the outputs");
+
+  nb::class_<Engine>(m, "Engine", "An opened engine: immutable, shareable between threads")
+      .def_static(
+          "deserialize",
+          [](nb::bytes data) {
+            return Engine::deserialize(std::span(static_cast<const std::byte*>(data.data()), data.size()));
+          },
+          nb::arg("data"))
+      .def_static("load", [](const std::string& path) { return Engine::load(path); }, nb::arg("path"))
+      .def_prop_ro("name", &Engine::name)
+      .def_prop_ro("io_tensors", &Engine::io_tensors)
+      .def("io_tensor", &Engine::io_tensor, nb::arg("name"), nb::rv_policy::reference_internal)
+      .def_prop_ro("num_io_tensors", [](const Engine& e) { return e.io_tensors().size(); })
+      .def("get_tensor_name", [](const Engine& e, std::size_t i) {
+        if (i >= e.io_tensors().size()) throw InvalidArgument("[engine] no I/O tensor " + std::to_string(i));
+        return e.io_tensors()[i].name;
+      })
+      .def("layers", &Engine::layers)
+      .def("target_json", &Engine::target_json)
+      .def("plan_json", &Engine::plan_json)
+      .def_prop_ro("activation_bytes", &Engine::activation_bytes)
+      .def_prop_ro("naive_activation_bytes", &Engine::naive_activation_bytes)
+      .def_prop_ro("weight_bytes", &Engine::weight_bytes)
+      .def("create_execution", &Engine::create_execution)
+      .def("create_execution_context", &Engine::create_execution, "TensorRT's name for create_execution");
+}
+
+}  // namespace tensoracle::python

@@ -1,0 +1,335 @@
+// Bindings of tensoracle/network.h with TensorRT's Python names (add_input, get_output(0),
+// tensor.name, layer.reshape_dims, ...). Layers and tensors are owned by their Network; Python
+// objects referring to them keep the Network alive.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "tensoracle/errors.h"
+#include "tensoracle/network.h"
+
+namespace nb = nanobind;
+
+namespace tensoracle::python {
+
+namespace {
+
+constexpr auto kRef = nb::rv_policy::reference_internal;
+
+Permutation perm_from(const std::vector<int>& v, const std::string& what) {
+  if (v.size() > static_cast<std::size_t>(Dims::kMaxRank))
+    throw InvalidArgument("[network] " + what + " has more than " + std::to_string(Dims::kMaxRank) + " entries");
+  Permutation p;
+  for (std::size_t i = 0; i < v.size(); ++i) p.order[i] = v[i];
+  return p;
+}
+
+std::vector<int> perm_to(const Permutation& p) { return {p.order.begin(), p.order.end()}; }
+
+// Weights borrowed from a NumPy array; the deleter releases the array with the GIL held.
+Weights weights_from(nb::handle array, const std::string& what) {
+  ArrayView v = array_view(array, what);
+  auto* keep = v.array.release().ptr();
+  std::shared_ptr<const void> owner(keep, [](const void* p) {
+    if (!Py_IsInitialized()) return;
+    nb::gil_scoped_acquire gil;
+    Py_DECREF(static_cast<PyObject*>(const_cast<void*>(p)));
+  });
+  return Weights(v.type, v.data, v.dims.volume(), std::move(owner));
+}
+
+// A read-write property over one field of a ParamLayer's parameters (re-validated on set).
+template <typename L, typename P, typename T>
+void prop(nb::class_<L, Layer>& c, const char* name, T P::*field) {
+  c.def_prop_rw(
+      name, [field](const L& l) { return l.get().*field; },
+      [field](L& l, const T& v) {
+        P p = l.get();
+        p.*field = v;
+        l.set(p);
+      });
+}
+
+Weights optional_weights(nb::handle h, const std::string& what) {
+  if (h.is_none()) return Weights();
+  if (nb::hasattr(h, "size") && nb::cast<std::int64_t>(h.attr("size")) == 0) return Weights();
+  return weights_from(h, what);
+}
+
+}  // namespace
+
+void bind_network(nb::module_& m) {
+  nb::enum_<DataType>(m, "DataType")
+      .value("FLOAT", DataType::kFLOAT).value("HALF", DataType::kHALF).value("INT8", DataType::kINT8)
+      .value("INT32", DataType::kINT32).value("BOOL", DataType::kBOOL).value("UINT8", DataType::kUINT8)
+      .value("FP8", DataType::kFP8).value("BF16", DataType::kBF16).value("INT64", DataType::kINT64);
+  nb::enum_<MatrixOperation>(m, "MatrixOperation")
+      .value("NONE", MatrixOperation::kNONE).value("TRANSPOSE", MatrixOperation::kTRANSPOSE)
+      .value("VECTOR", MatrixOperation::kVECTOR);
+  nb::enum_<ElementWiseOperation>(m, "ElementWiseOperation")
+      .value("SUM", ElementWiseOperation::kSUM).value("PROD", ElementWiseOperation::kPROD)
+      .value("MAX", ElementWiseOperation::kMAX).value("MIN", ElementWiseOperation::kMIN)
+      .value("SUB", ElementWiseOperation::kSUB).value("DIV", ElementWiseOperation::kDIV)
+      .value("POW", ElementWiseOperation::kPOW).value("FLOOR_DIV", ElementWiseOperation::kFLOOR_DIV)
+      .value("AND", ElementWiseOperation::kAND).value("OR", ElementWiseOperation::kOR)
+      .value("XOR", ElementWiseOperation::kXOR).value("EQUAL", ElementWiseOperation::kEQUAL)
+      .value("GREATER", ElementWiseOperation::kGREATER).value("LESS", ElementWiseOperation::kLESS);
+  nb::enum_<ActivationType>(m, "ActivationType")
+      .value("RELU", ActivationType::kRELU).value("SIGMOID", ActivationType::kSIGMOID)
+      .value("TANH", ActivationType::kTANH).value("LEAKY_RELU", ActivationType::kLEAKY_RELU)
+      .value("ELU", ActivationType::kELU).value("SELU", ActivationType::kSELU)
+      .value("SOFTSIGN", ActivationType::kSOFTSIGN).value("SOFTPLUS", ActivationType::kSOFTPLUS)
+      .value("CLIP", ActivationType::kCLIP).value("HARD_SIGMOID", ActivationType::kHARD_SIGMOID)
+      .value("SCALED_TANH", ActivationType::kSCALED_TANH).value("THRESHOLDED_RELU", ActivationType::kTHRESHOLDED_RELU)
+      .value("GELU_ERF", ActivationType::kGELU_ERF).value("GELU_TANH", ActivationType::kGELU_TANH);
+  nb::enum_<UnaryOperation>(m, "UnaryOperation")
+      .value("EXP", UnaryOperation::kEXP).value("LOG", UnaryOperation::kLOG).value("SQRT", UnaryOperation::kSQRT)
+      .value("RECIP", UnaryOperation::kRECIP).value("ABS", UnaryOperation::kABS).value("NEG", UnaryOperation::kNEG)
+      .value("SIN", UnaryOperation::kSIN).value("COS", UnaryOperation::kCOS).value("TAN", UnaryOperation::kTAN)
+      .value("SINH", UnaryOperation::kSINH).value("COSH", UnaryOperation::kCOSH).value("ASIN", UnaryOperation::kASIN)
+      .value("ACOS", UnaryOperation::kACOS).value("ATAN", UnaryOperation::kATAN).value("ASINH", UnaryOperation::kASINH)
+      .value("ACOSH", UnaryOperation::kACOSH).value("ATANH", UnaryOperation::kATANH).value("CEIL", UnaryOperation::kCEIL)
+      .value("FLOOR", UnaryOperation::kFLOOR).value("ERF", UnaryOperation::kERF).value("NOT", UnaryOperation::kNOT)
+      .value("SIGN", UnaryOperation::kSIGN).value("ROUND", UnaryOperation::kROUND).value("ISINF", UnaryOperation::kISINF)
+      .value("ISNAN", UnaryOperation::kISNAN);
+  nb::enum_<ReduceOperation>(m, "ReduceOperation")
+      .value("SUM", ReduceOperation::kSUM).value("PROD", ReduceOperation::kPROD).value("MAX", ReduceOperation::kMAX)
+      .value("MIN", ReduceOperation::kMIN).value("AVG", ReduceOperation::kAVG);
+  nb::enum_<PoolingType>(m, "PoolingType")
+      .value("MAX", PoolingType::kMAX).value("AVERAGE", PoolingType::kAVERAGE)
+      .value("MAX_AVERAGE_BLEND", PoolingType::kMAX_AVERAGE_BLEND);
+  nb::enum_<PaddingMode>(m, "PaddingMode")
+      .value("EXPLICIT_ROUND_DOWN", PaddingMode::kEXPLICIT_ROUND_DOWN).value("EXPLICIT_ROUND_UP", PaddingMode::kEXPLICIT_ROUND_UP)
+      .value("SAME_UPPER", PaddingMode::kSAME_UPPER).value("SAME_LOWER", PaddingMode::kSAME_LOWER);
+  nb::enum_<GatherMode>(m, "GatherMode")
+      .value("DEFAULT", GatherMode::kDEFAULT).value("ELEMENT", GatherMode::kELEMENT).value("ND", GatherMode::kND);
+  nb::enum_<SampleMode>(m, "SampleMode")
+      .value("STRICT_BOUNDS", SampleMode::kSTRICT_BOUNDS).value("DEFAULT", SampleMode::kSTRICT_BOUNDS)
+      .value("WRAP", SampleMode::kWRAP).value("CLAMP", SampleMode::kCLAMP).value("FILL", SampleMode::kFILL)
+      .value("REFLECT", SampleMode::kREFLECT);
+  nb::enum_<InterpolationMode>(m, "InterpolationMode")
+      .value("NEAREST", InterpolationMode::kNEAREST).value("LINEAR", InterpolationMode::kLINEAR)
+      .value("CUBIC", InterpolationMode::kCUBIC);
+  nb::enum_<ResizeCoordinateTransformation>(m, "ResizeCoordinateTransformation")
+      .value("ALIGN_CORNERS", ResizeCoordinateTransformation::kALIGN_CORNERS)
+      .value("ASYMMETRIC", ResizeCoordinateTransformation::kASYMMETRIC)
+      .value("HALF_PIXEL", ResizeCoordinateTransformation::kHALF_PIXEL);
+  nb::enum_<ResizeSelector>(m, "ResizeSelector")
+      .value("FORMULA", ResizeSelector::kFORMULA).value("UPPER", ResizeSelector::kUPPER);
+  nb::enum_<ResizeRoundMode>(m, "ResizeRoundMode")
+      .value("HALF_UP", ResizeRoundMode::kHALF_UP).value("HALF_DOWN", ResizeRoundMode::kHALF_DOWN)
+      .value("FLOOR", ResizeRoundMode::kFLOOR).value("CEIL", ResizeRoundMode::kCEIL);
+  nb::enum_<LayerType>(m, "LayerType")
+      .value("INPUT", LayerType::kINPUT).value("CONSTANT", LayerType::kCONSTANT)
+      .value("MATRIX_MULTIPLY", LayerType::kMATRIX_MULTIPLY).value("ELEMENTWISE", LayerType::kELEMENTWISE)
+      .value("ACTIVATION", LayerType::kACTIVATION).value("CAST", LayerType::kCAST)
+      .value("QUANTIZE", LayerType::kQUANTIZE).value("DEQUANTIZE", LayerType::kDEQUANTIZE)
+      .value("SHUFFLE", LayerType::kSHUFFLE).value("IDENTITY", LayerType::kIDENTITY)
+      .value("UNARY", LayerType::kUNARY).value("REDUCE", LayerType::kREDUCE).value("SOFTMAX", LayerType::kSOFTMAX)
+      .value("CONCATENATION", LayerType::kCONCATENATION).value("SLICE", LayerType::kSLICE)
+      .value("GATHER", LayerType::kGATHER).value("SELECT", LayerType::kSELECT).value("PADDING", LayerType::kPADDING)
+      .value("CONVOLUTION", LayerType::kCONVOLUTION).value("DECONVOLUTION", LayerType::kDECONVOLUTION)
+      .value("POOLING", LayerType::kPOOLING).value("NORMALIZATION", LayerType::kNORMALIZATION)
+      .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM);
+
+  nb::class_<Tensor>(m, "ITensor", "A tensor of a Network (owned by it)")
+      .def_prop_rw("name", &Tensor::name, &Tensor::set_name)
+      .def_prop_ro("dtype", &Tensor::type)
+      .def_prop_rw("shape", &Tensor::dims, &Tensor::set_dims)
+      .def_prop_ro("is_network_input", &Tensor::is_network_input)
+      .def_prop_ro("is_network_output", &Tensor::is_network_output)
+      .def("__repr__", [](const Tensor& t) {
+        return "ITensor('" + t.name() + "', " + std::string(type_name(t.type())) + ", " + t.dims().str() + ")";
+      });
+
+  nb::class_<Layer>(m, "ILayer", "A layer of a Network (owned by it)")
+      .def_prop_rw("name", &Layer::name, &Layer::set_name)
+      .def_prop_ro("type", &Layer::type)
+      .def_prop_ro("num_inputs", &Layer::num_inputs)
+      .def_prop_ro("num_outputs", &Layer::num_outputs)
+      .def("get_input", &Layer::get_input, kRef)
+      .def("get_output", &Layer::get_output, kRef)
+      .def("set_input", [](Layer& l, int index, Tensor* t) { t->network().set_layer_input(&l, index, t); },
+           nb::arg("index"), nb::arg("tensor"));
+  nb::class_<ConstantLayer, Layer>(m, "IConstantLayer").def_prop_ro("shape", &ConstantLayer::shape);
+  nb::class_<MatrixMultiplyLayer, Layer>(m, "IMatrixMultiplyLayer")
+      .def_prop_rw("op0", [](const MatrixMultiplyLayer& l) { return l.get_operation(0); },
+                   [](MatrixMultiplyLayer& l, MatrixOperation op) { l.set_operation(0, op); })
+      .def_prop_rw("op1", [](const MatrixMultiplyLayer& l) { return l.get_operation(1); },
+                   [](MatrixMultiplyLayer& l, MatrixOperation op) { l.set_operation(1, op); })
+      .def("get_operation", &MatrixMultiplyLayer::get_operation)
+      .def("set_operation", &MatrixMultiplyLayer::set_operation);
+  nb::class_<ElementWiseLayer, Layer>(m, "IElementWiseLayer")
+      .def_prop_rw("op", &ElementWiseLayer::operation, &ElementWiseLayer::set_operation);
+  nb::class_<ActivationLayer, Layer>(m, "IActivationLayer")
+      .def_prop_rw("type", &ActivationLayer::activation_type, &ActivationLayer::set_activation_type)
+      .def_prop_rw("alpha", &ActivationLayer::alpha, &ActivationLayer::set_alpha)
+      .def_prop_rw("beta", &ActivationLayer::beta, &ActivationLayer::set_beta);
+  nb::class_<CastLayer, Layer>(m, "ICastLayer").def_prop_rw("to_type", &CastLayer::to_type, &CastLayer::set_to_type);
+  nb::class_<QuantizeLayer, Layer>(m, "IQuantizeLayer")
+      .def_prop_rw("to_type", &QuantizeLayer::to_type, &QuantizeLayer::set_to_type)
+      .def_prop_rw("axis", &QuantizeLayer::axis, &QuantizeLayer::set_axis);
+  nb::class_<DequantizeLayer, Layer>(m, "IDequantizeLayer")
+      .def_prop_rw("to_type", &DequantizeLayer::to_type, &DequantizeLayer::set_to_type)
+      .def_prop_rw("axis", &DequantizeLayer::axis, &DequantizeLayer::set_axis);
+  nb::class_<ShuffleLayer, Layer>(m, "IShuffleLayer")
+      .def_prop_rw("first_transpose", [](const ShuffleLayer& l) { return perm_to(l.shuffle().first_transpose); },
+                   [](ShuffleLayer& l, const std::vector<int>& v) { l.set_first_transpose(perm_from(v, "first_transpose")); })
+      .def_prop_rw("second_transpose", [](const ShuffleLayer& l) { return perm_to(l.shuffle().second_transpose); },
+                   [](ShuffleLayer& l, const std::vector<int>& v) { l.set_second_transpose(perm_from(v, "second_transpose")); })
+      .def_prop_rw("reshape_dims",
+                   [](const ShuffleLayer& l) -> nb::object {
+                     return l.shuffle().reshape_dims ? nb::cast(*l.shuffle().reshape_dims) : nb::none();
+                   },
+                   [](ShuffleLayer& l, const Dims& d) { l.set_reshape_dims(d); })
+      .def_prop_rw("zero_is_placeholder", [](const ShuffleLayer& l) { return l.shuffle().zero_is_placeholder; },
+                   &ShuffleLayer::set_zero_is_placeholder);
+  nb::class_<IdentityLayer, Layer>(m, "IIdentityLayer");
+
+  auto unary = nb::class_<UnaryLayer, Layer>(m, "IUnaryLayer");
+  prop(unary, "op", &UnaryParams::op);
+  auto reduce = nb::class_<ReduceLayer, Layer>(m, "IReduceLayer");
+  prop(reduce, "op", &ReduceParams::op);
+  prop(reduce, "axes", &ReduceParams::axes);
+  prop(reduce, "keep_dims", &ReduceParams::keep_dims);
+  auto softmax = nb::class_<SoftMaxLayer, Layer>(m, "ISoftMaxLayer");
+  prop(softmax, "axes", &SoftmaxParams::axes);
+  auto concat = nb::class_<ConcatenationLayer, Layer>(m, "IConcatenationLayer");
+  prop(concat, "axis", &ConcatenationParams::axis);
+  auto slice = nb::class_<SliceLayer, Layer>(m, "ISliceLayer");
+  prop(slice, "start", &SliceParams::start);
+  prop(slice, "shape", &SliceParams::size);
+  prop(slice, "stride", &SliceParams::stride);
+  prop(slice, "mode", &SliceParams::mode);
+  auto gather = nb::class_<GatherLayer, Layer>(m, "IGatherLayer");
+  prop(gather, "axis", &GatherParams::axis);
+  prop(gather, "mode", &GatherParams::mode);
+  prop(gather, "num_elementwise_dims", &GatherParams::num_elementwise_dims);
+  nb::class_<SelectLayer, Layer>(m, "ISelectLayer");
+  auto padding = nb::class_<PaddingLayer, Layer>(m, "IPaddingLayer");
+  prop(padding, "pre_padding_nd", &PaddingParams::pre_padding);
+  prop(padding, "post_padding_nd", &PaddingParams::post_padding);
+  auto conv = nb::class_<ConvolutionLayer, Layer>(m, "IConvolutionLayer");
+  auto deconv = nb::class_<DeconvolutionLayer, Layer>(m, "IDeconvolutionLayer");
+  auto windowed = [](auto& c, auto* tag) {
+    using P = std::remove_pointer_t<decltype(tag)>;
+    prop(c, "num_output_maps", &P::num_output_maps);
+    prop(c, "kernel_size_nd", &P::kernel_size);
+    prop(c, "stride_nd", &P::stride);
+    prop(c, "pre_padding", &P::pre_padding);
+    prop(c, "post_padding", &P::post_padding);
+    prop(c, "dilation_nd", &P::dilation);
+    prop(c, "num_groups", &P::num_groups);
+    prop(c, "padding_mode", &P::padding_mode);
+    using L = typename std::remove_reference_t<decltype(c)>::Type;
+    c.def_prop_rw("padding_nd", [](const L& l) { return l.get().pre_padding; }, [](L& l, const Dims& d) {
+      P p = l.get();
+      p.pre_padding = d;
+      p.post_padding = d;
+      l.set(p);
+    });
+  };
+  windowed(conv, static_cast<ConvolutionParams*>(nullptr));
+  windowed(deconv, static_cast<DeconvolutionParams*>(nullptr));
+  auto pool = nb::class_<PoolingLayer, Layer>(m, "IPoolingLayer");
+  prop(pool, "type", &PoolingParams::type);
+  prop(pool, "window_size_nd", &PoolingParams::window);
+  prop(pool, "stride_nd", &PoolingParams::stride);
+  prop(pool, "pre_padding", &PoolingParams::pre_padding);
+  prop(pool, "post_padding", &PoolingParams::post_padding);
+  prop(pool, "padding_mode", &PoolingParams::padding_mode);
+  prop(pool, "average_count_excludes_padding", &PoolingParams::average_count_excludes_padding);
+  prop(pool, "blend_factor", &PoolingParams::blend_factor);
+  pool.def_prop_rw("padding_nd", [](const PoolingLayer& l) { return l.get().pre_padding; }, [](PoolingLayer& l, const Dims& d) {
+    PoolingParams p = l.get();
+    p.pre_padding = d;
+    p.post_padding = d;
+    l.set(p);
+  });
+  auto norm = nb::class_<NormalizationLayer, Layer>(m, "INormalizationLayer");
+  prop(norm, "axes", &NormalizationParams::axes);
+  prop(norm, "epsilon", &NormalizationParams::epsilon);
+  prop(norm, "num_groups", &NormalizationParams::num_groups);
+  auto resize = nb::class_<ResizeLayer, Layer>(m, "IResizeLayer");
+  resize.def_prop_rw("shape", [](const ResizeLayer& l) { return l.get().output_dims; }, [](ResizeLayer& l, const Dims& d) {
+    ResizeParams p = l.get();
+    p.output_dims = d;
+    p.scales.clear();
+    l.set(p);
+  });
+  resize.def_prop_rw("scales", [](const ResizeLayer& l) { return l.get().scales; }, [](ResizeLayer& l, const std::vector<float>& v) {
+    ResizeParams p = l.get();
+    p.scales = v;
+    p.output_dims.reset();
+    l.set(p);
+  });
+  prop(resize, "resize_mode", &ResizeParams::mode);
+  prop(resize, "coordinate_transformation", &ResizeParams::coordinate_transformation);
+  prop(resize, "selector_for_single_pixel", &ResizeParams::selector_for_single_pixel);
+  prop(resize, "nearest_rounding", &ResizeParams::nearest_rounding);
+  prop(resize, "cubic_coeff", &ResizeParams::cubic_coeff);
+  auto einsum = nb::class_<EinsumLayer, Layer>(m, "IEinsumLayer");
+  prop(einsum, "equation", &EinsumParams::equation);
+
+  nb::class_<Network>(m, "INetworkDefinition", "A network definition (TensorRT's INetworkDefinition)")
+      .def(nb::init<>())
+      .def_prop_rw("name", &Network::name, &Network::set_name)
+      .def("add_input", &Network::add_input, nb::arg("name"), nb::arg("dtype"), nb::arg("shape"), kRef)
+      .def(
+          "add_constant",
+          [](Network& n, const Dims& shape, nb::handle weights) {
+            return n.add_constant(shape, weights_from(weights, "add_constant weights"));
+          },
+          nb::arg("shape"), nb::arg("weights"), kRef)
+      .def("add_matrix_multiply", &Network::add_matrix_multiply, nb::arg("input0"), nb::arg("op0"), nb::arg("input1"),
+           nb::arg("op1"), kRef)
+      .def("add_elementwise", &Network::add_elementwise, nb::arg("input1"), nb::arg("input2"), nb::arg("op"), kRef)
+      .def("add_activation", &Network::add_activation, nb::arg("input"), nb::arg("type"), kRef)
+      .def("add_cast", &Network::add_cast, nb::arg("input"), nb::arg("to_type"), kRef)
+      .def("add_quantize", &Network::add_quantize, nb::arg("input"), nb::arg("scale"), nb::arg("output_type"), kRef)
+      .def("add_dequantize", &Network::add_dequantize, nb::arg("input"), nb::arg("scale"), nb::arg("output_type"), kRef)
+      .def("add_shuffle", &Network::add_shuffle, nb::arg("input"), kRef)
+      .def("add_identity", &Network::add_identity, nb::arg("input"), kRef)
+      .def("add_unary", &Network::add_unary, nb::arg("input"), nb::arg("op"), kRef)
+      .def("add_reduce", &Network::add_reduce, nb::arg("input"), nb::arg("op"), nb::arg("axes"), nb::arg("keep_dims"), kRef)
+      .def("add_softmax", &Network::add_softmax, nb::arg("input"), kRef)
+      .def("add_concatenation", &Network::add_concatenation, nb::arg("inputs"), kRef)
+      .def("add_slice", &Network::add_slice, nb::arg("input"), nb::arg("start"), nb::arg("shape"), nb::arg("stride"), kRef)
+      .def("add_gather", &Network::add_gather, nb::arg("input"), nb::arg("indices"), nb::arg("axis"), kRef)
+      .def("add_gather_v2", &Network::add_gather_v2, nb::arg("input"), nb::arg("indices"), nb::arg("mode"), kRef)
+      .def("add_select", &Network::add_select, nb::arg("condition"), nb::arg("then_input"), nb::arg("else_input"), kRef)
+      .def("add_padding_nd", &Network::add_padding_nd, nb::arg("input"), nb::arg("pre_padding"), nb::arg("post_padding"), kRef)
+      .def(
+          "add_convolution_nd",
+          [](Network& n, Tensor* x, std::int32_t maps, const Dims& kernel_shape, nb::handle kernel, nb::handle bias) {
+            return n.add_convolution_nd(x, maps, kernel_shape, weights_from(kernel, "convolution kernel"),
+                                        optional_weights(bias, "convolution bias"));
+          },
+          nb::arg("input"), nb::arg("num_output_maps"), nb::arg("kernel_shape"), nb::arg("kernel"),
+          nb::arg("bias") = nb::none(), kRef)
+      .def(
+          "add_deconvolution_nd",
+          [](Network& n, Tensor* x, std::int32_t maps, const Dims& kernel_shape, nb::handle kernel, nb::handle bias) {
+            return n.add_deconvolution_nd(x, maps, kernel_shape, weights_from(kernel, "deconvolution kernel"),
+                                          optional_weights(bias, "deconvolution bias"));
+          },
+          nb::arg("input"), nb::arg("num_output_maps"), nb::arg("kernel_shape"), nb::arg("kernel"),
+          nb::arg("bias") = nb::none(), kRef)
+      .def("add_pooling_nd", &Network::add_pooling_nd, nb::arg("input"), nb::arg("type"), nb::arg("window_size"), kRef)
+      .def("add_normalization", &Network::add_normalization, nb::arg("input"), nb::arg("scale"), nb::arg("bias"),
+           nb::arg("axesMask"), kRef)
+      .def("add_resize", &Network::add_resize, nb::arg("input"), kRef)
+      .def("add_einsum", &Network::add_einsum, nb::arg("inputs"), nb::arg("equation"), kRef)
+      .def("mark_output", &Network::mark_output, nb::arg("tensor"))
+      .def("unmark_output", &Network::unmark_output, nb::arg("tensor"))
+      .def_prop_ro("num_layers", &Network::num_layers)
+      .def_prop_ro("num_inputs", &Network::num_inputs)
+      .def_prop_ro("num_outputs", &Network::num_outputs)
+      .def("get_layer", &Network::get_layer, kRef)
+      .def("get_input", &Network::get_input, kRef)
+      .def("get_output", &Network::get_output, kRef);
+}
+
+}  // namespace tensoracle::python
