@@ -205,17 +205,22 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The ISA extensions that matter to kernels, as the kernel reports them (/proc/cpuinfo's
+// "flags" on x86, "Features" on Arm).
 std::vector<std::string> cpu_isa() {
-  std::vector<std::string> isa;
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-#define TENSORACLE_ISA(name) if (__builtin_cpu_supports(name)) isa.push_back(name);
-  TENSORACLE_ISA("sse4.2") TENSORACLE_ISA("avx") TENSORACLE_ISA("avx2") TENSORACLE_ISA("fma")
-  TENSORACLE_ISA("f16c") TENSORACLE_ISA("avx512f") TENSORACLE_ISA("avx512bw") TENSORACLE_ISA("avx512vl")
-  TENSORACLE_ISA("avx512vnni") TENSORACLE_ISA("avx512bf16")
-#undef TENSORACLE_ISA
-#endif
-  return isa;
+  static const char* kWanted[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                                  "avx512_vnni", "avx512_bf16", "amx_tile", "asimd", "sve", "sve2", "bf16", "i8mm"};
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+    std::vector<std::string> isa;
+    std::string flags = " " + line.substr(line.find(':') + 1) + " ";
+    for (const char* w : kWanted)
+      if (flags.find(" " + std::string(w) + " ") != std::string::npos) isa.push_back(w);
+    return isa;
+  }
+  return {};
 }
 
 std::string machine_arch() {
