@@ -60,8 +60,10 @@ demo: cpp python
 	$(PY) examples/linear_precisions.py --dir $(BUILD)/demo
 	$(VENV)/bin/tensoracle inspect $(BUILD)/demo/linear-int8.engine
 
+# Benchmarks against the named peers, each in one run on this machine (see python/bench/).
+BENCHES ?= $(wildcard python/bench/bench_*.py)
 bench: python
-	$(PY) python/bench/bench_safetensors.py
+	@for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(BUILD) python/build

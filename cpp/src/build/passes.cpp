@@ -60,13 +60,14 @@ bool is_pointwise(const LayerParams& p) {
          std::holds_alternative<ElementWiseParams>(p);
 }
 
-// The other operand of a binary pointwise op must broadcast into `mine` (the result keeps
-// `mine`'s dims for every possible runtime shape).
+// The other operand of a binary pointwise op must broadcast into `mine`, so that the result
+// keeps `mine`'s dims: each of its dims is 1 or equal to mine. Two dynamic (-1) dims count as
+// equal — the residual add of a dynamic batch — and the runtime re-checks actual shapes.
 bool broadcasts_into(const Dims& other, const Dims& mine) {
   if (other.rank() != mine.rank()) return false;
   for (int i = 0; i < mine.rank(); ++i) {
-    if (other[i] == 1) continue;
-    if (mine[i] < 0 || other[i] != mine[i]) return false;
+    if (other[i] == 1 || other[i] == mine[i]) continue;
+    return false;
   }
   return true;
 }

@@ -294,7 +294,7 @@ std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorD
         } else if constexpr (std::is_same_v<P, IdentityParams>) {
           return {in[0]};
         } else {
-          return infer_more(p, in, facts);
+          return infer_more(p, in, facts, full);
         }
       },
       params);

@@ -43,8 +43,9 @@ Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder,
 std::string perm_text(const Permutation& p, int rank);
 
 // Inference of the layers beyond the core set (ops_more.cpp), one overload per layer kind.
-#define TENSORACLE_INFER_MORE(P) \
-  std::vector<TensorDesc> infer_more(const P& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts);
+#define TENSORACLE_INFER_MORE(P)                                                                          \
+  std::vector<TensorDesc> infer_more(const P& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts, \
+                                     bool full);
 TENSORACLE_INFER_MORE(UnaryParams)
 TENSORACLE_INFER_MORE(ReduceParams)
 TENSORACLE_INFER_MORE(SoftmaxParams)

@@ -78,7 +78,7 @@ std::int64_t window_out(std::int64_t in, std::int64_t k, std::int64_t stride, st
 }
 
 TensorDesc infer_window(const TensorDesc& x, const Spatial& s, PaddingMode mode, std::int64_t channels_out,
-                        const char* what) {
+                        const char* what, bool full) {
   int n = s.kernel.rank();
   if (x.dims.rank() != n + 2)
     invalid("input 0 has dims " + x.dims.str() + "; a " + std::to_string(n) + "-D " + what + " takes rank " +
@@ -87,9 +87,13 @@ TensorDesc infer_window(const TensorDesc& x, const Spatial& s, PaddingMode mode,
   if (channels_out >= 0) out[1] = channels_out;
   for (int i = 0; i < n; ++i) {
     std::int64_t o = window_out(x.dims[2 + i], s.kernel[i], s.stride[i], s.dilation[i], s.pre[i], s.post[i], mode);
-    if (x.dims[2 + i] >= 0 && o < 1)
-      invalid("spatial dimension " + std::to_string(i) + " of input " + x.dims.str() + " is too small for window " +
-              s.kernel.str() + " with this padding and dilation");
+    if (x.dims[2 + i] >= 0 && o < 1) {
+      // Padding, stride or dilation may still be set: checked when the network is built.
+      if (!full) o = -1;
+      else
+        invalid("spatial dimension " + std::to_string(i) + " of input " + x.dims.str() + " is too small for window " +
+                s.kernel.str() + " with this padding and dilation");
+    }
     out[2 + i] = o;
   }
   return {x.type, out};
@@ -111,7 +115,7 @@ Dims window_pre_padding(const Dims& x, const Dims& kernel, const Dims& stride, c
   return out;
 }
 
-std::vector<TensorDesc> infer_more(const UnaryParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const UnaryParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   using U = UnaryOperation;
   DataType t = in[0].type;
   switch (p.op) {
@@ -132,7 +136,7 @@ std::vector<TensorDesc> infer_more(const UnaryParams& p, std::span<const TensorD
   }
 }
 
-std::vector<TensorDesc> infer_more(const ReduceParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const ReduceParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   DataType t = in[0].type;
   if (!is_float(t) && !(is_int(t) && p.op != ReduceOperation::kAVG))
     invalid("input 0 has type " + tname(t) + "; reduce takes float32, float16, bfloat16 (and int32/int64 except AVG)");
@@ -149,7 +153,7 @@ std::vector<TensorDesc> infer_more(const ReduceParams& p, std::span<const Tensor
 
 int default_axis(int rank) { return std::max(0, rank - 3); }
 
-std::vector<TensorDesc> infer_more(const SoftmaxParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const SoftmaxParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   require_float(in[0], 0, "softmax");
   int rank = in[0].dims.rank();
   if (rank == 0) invalid("input 0 is a scalar; softmax needs rank >= 1");
@@ -172,7 +176,7 @@ int concat_axis(const ConcatenationParams& p, int rank) {
 }
 
 std::vector<TensorDesc> infer_more(const ConcatenationParams& p, std::span<const TensorDesc> in,
-                                   std::span<const InputFacts>) {
+                                   std::span<const InputFacts>, bool full) {
   if (in.empty()) invalid("concatenation needs at least one input");
   int rank = in[0].dims.rank();
   if (rank == 0) invalid("input 0 is a scalar; concatenation needs rank >= 1");
@@ -188,6 +192,10 @@ std::vector<TensorDesc> infer_more(const ConcatenationParams& p, std::span<const
       if (d == axis) {
         out[d] = (out[d] < 0 || in[i].dims[d] < 0) ? -1 : out[d] + in[i].dims[d];
       } else if (out[d] >= 0 && in[i].dims[d] >= 0 && out[d] != in[i].dims[d]) {
+        if (!full) {  // the axis may still be set: checked when the network is built
+          out[d] = -1;
+          continue;
+        }
         invalid("input " + std::to_string(i) + " has dims " + in[i].dims.str() + "; dimension " + std::to_string(d) +
                 " differs from input 0 " + in[0].dims.str() + " (only axis " + std::to_string(axis) + " may differ)");
       } else if (out[d] < 0) {
@@ -198,7 +206,7 @@ std::vector<TensorDesc> infer_more(const ConcatenationParams& p, std::span<const
   return {{in[0].type, out}};
 }
 
-std::vector<TensorDesc> infer_more(const SliceParams& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts) {
+std::vector<TensorDesc> infer_more(const SliceParams& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts, bool full) {
   const Dims& x = in[0].dims;
   int rank = x.rank();
   for (const auto* d : {&p.start, &p.size, &p.stride})
@@ -208,13 +216,14 @@ std::vector<TensorDesc> infer_more(const SliceParams& p, std::span<const TensorD
   for (int i = 0; i < rank; ++i) {
     if (p.size[i] < 0) invalid("size " + p.size.str() + " has a negative dimension");
     if (p.stride[i] == 0 && p.size[i] > 1) invalid("stride " + p.stride.str() + " is 0 in dimension " + std::to_string(i));
-    if (p.mode == SampleMode::kSTRICT_BOUNDS && x[i] >= 0 && p.size[i] > 0) {
+    // Bounds wait for the build: the mode may still be set (TensorRT's order).
+    if (full && p.mode == SampleMode::kSTRICT_BOUNDS && x[i] >= 0 && p.size[i] > 0) {
       std::int64_t first = p.start[i], last = p.start[i] + (p.size[i] - 1) * p.stride[i];
       if (std::min(first, last) < 0 || std::max(first, last) >= x[i])
         invalid("dimension " + std::to_string(i) + " reads indices " + std::to_string(first) + ".." + std::to_string(last) +
                 " of an input of size " + std::to_string(x[i]) + "; use mode WRAP, CLAMP, FILL or REFLECT to read outside");
     }
-    if (p.mode != SampleMode::kSTRICT_BOUNDS && p.mode != SampleMode::kFILL && x[i] == 0 && p.size[i] > 0)
+    if (full && p.mode != SampleMode::kSTRICT_BOUNDS && p.mode != SampleMode::kFILL && x[i] == 0 && p.size[i] > 0)
       invalid("dimension " + std::to_string(i) + " of the input is empty; only FILL can read from it");
   }
   if (in.size() > 1) {
@@ -225,7 +234,7 @@ std::vector<TensorDesc> infer_more(const SliceParams& p, std::span<const TensorD
   return {{in[0].type, p.size}};
 }
 
-std::vector<TensorDesc> infer_more(const GatherParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const GatherParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   const Dims& d = in[0].dims;
   const Dims& idx = in[1].dims;
   if (!is_int(in[1].type)) invalid("input 1 (indices) has type " + tname(in[1].type) + "; indices are int32 or int64");
@@ -239,6 +248,8 @@ std::vector<TensorDesc> infer_more(const GatherParams& p, std::span<const Tensor
       if (p.num_elementwise_dims > 1) invalid("num_elementwise_dims must be 0 or 1 in mode DEFAULT");
       int nb = p.num_elementwise_dims;
       if (nb == 1 && (idx.rank() < 1 || axis < 1)) invalid("num_elementwise_dims 1 needs indices of rank >= 1 and axis >= 1");
+      if (nb == 1 && idx[0] >= 0 && d[0] >= 0 && idx[0] != d[0])
+        invalid("num_elementwise_dims 1: dimension 0 of data " + d.str() + " and indices " + idx.str() + " must match");
       for (int i = 0; i < axis; ++i) out.push_back(d[i]);
       for (int i = nb; i < idx.rank(); ++i) out.push_back(idx[i]);
       for (int i = axis + 1; i < rank; ++i) out.push_back(d[i]);
@@ -275,7 +286,7 @@ std::vector<TensorDesc> infer_more(const GatherParams& p, std::span<const Tensor
   return {{in[0].type, Dims(std::span<const std::int64_t>(out))}};
 }
 
-std::vector<TensorDesc> infer_more(const SelectParams&, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const SelectParams&, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   if (in[0].type != DataType::kBOOL) invalid("input 0 (condition) has type " + tname(in[0].type) + "; it must be bool");
   if (in[1].type != in[2].type)
     invalid("input 1 has type " + tname(in[1].type) + " but input 2 has type " + tname(in[2].type) + "; they must match");
@@ -283,7 +294,7 @@ std::vector<TensorDesc> infer_more(const SelectParams&, std::span<const TensorDe
   return {{in[1].type, d}};
 }
 
-std::vector<TensorDesc> infer_more(const PaddingParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const PaddingParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   const Dims& x = in[0].dims;
   int n = p.pre_padding.rank();
   if (p.post_padding.rank() != n)
@@ -304,13 +315,15 @@ std::vector<TensorDesc> infer_more(const PaddingParams& p, std::span<const Tenso
 namespace {
 void check_conv_weights(const TensorDesc& x, std::span<const TensorDesc> in, std::span<const InputFacts> facts,
                         std::int64_t kernel_rows, std::int64_t kernel_cols_times_groups, const Spatial& s,
-                        std::int32_t groups, std::int32_t maps, const char* what) {
+                        std::int32_t groups, std::int32_t maps, const char* what, bool full) {
   require_float(x, 0, what);
   if (in.size() < 2) invalid("input 1 (kernel) is missing");
   if (in[1].type != x.type) invalid("input 1 (kernel) has type " + tname(in[1].type) + "; it must match input 0's " + tname(x.type));
   if (groups < 1) invalid("num_groups " + std::to_string(groups) + " must be >= 1");
   if (maps < 1) invalid("num_output_maps " + std::to_string(maps) + " must be >= 1");
   std::int64_t c = x.dims[1];
+  // Group counts and kernel volumes wait for the build: num_groups may still be set.
+  if (!full) return;
   if (c >= 0 && c % groups != 0) invalid("input channels " + std::to_string(c) + " are not divisible by num_groups " + std::to_string(groups));
   if (maps % groups != 0) invalid("num_output_maps " + std::to_string(maps) + " is not divisible by num_groups " + std::to_string(groups));
   std::vector<std::int64_t> want{kernel_rows, kernel_cols_times_groups};
@@ -328,26 +341,26 @@ void check_conv_weights(const TensorDesc& x, std::span<const TensorDesc> in, std
 }
 }  // namespace
 
-std::vector<TensorDesc> infer_more(const ConvolutionParams& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts) {
+std::vector<TensorDesc> infer_more(const ConvolutionParams& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts, bool full) {
   Spatial s = spatial(p.kernel_size, p.stride, p.pre_padding, p.post_padding, p.dilation, "kernel_size");
   if (in[0].dims.rank() != s.kernel.rank() + 2)
     invalid("input 0 has dims " + in[0].dims.str() + "; a " + std::to_string(s.kernel.rank()) + "-D convolution takes rank " +
             std::to_string(s.kernel.rank() + 2) + " (N, C, spatial...)");
   std::int64_t c = in[0].dims[1];
   check_conv_weights(in[0], in, facts, p.num_output_maps, c < 0 ? -1 : c / std::max(1, p.num_groups), s, p.num_groups,
-                     p.num_output_maps, "convolution");
-  return {infer_window(in[0], s, p.padding_mode, p.num_output_maps, "convolution")};
+                     p.num_output_maps, "convolution", full);
+  return {infer_window(in[0], s, p.padding_mode, p.num_output_maps, "convolution", full)};
 }
 
 std::vector<TensorDesc> infer_more(const DeconvolutionParams& p, std::span<const TensorDesc> in,
-                                   std::span<const InputFacts> facts) {
+                                   std::span<const InputFacts> facts, bool full) {
   Spatial s = spatial(p.kernel_size, p.stride, p.pre_padding, p.post_padding, p.dilation, "kernel_size");
   int n = s.kernel.rank();
   const Dims& x = in[0].dims;
   if (x.rank() != n + 2)
     invalid("input 0 has dims " + x.str() + "; a " + std::to_string(n) + "-D deconvolution takes rank " + std::to_string(n + 2));
   check_conv_weights(in[0], in, facts, x[1], p.num_output_maps / std::max(1, p.num_groups), s, p.num_groups,
-                     p.num_output_maps, "deconvolution");
+                     p.num_output_maps, "deconvolution", full);
   Dims out = x;
   out[1] = p.num_output_maps;
   for (int i = 0; i < n; ++i) {
@@ -358,22 +371,25 @@ std::vector<TensorDesc> infer_more(const DeconvolutionParams& p, std::span<const
     } else {
       out[2 + i] = (v - 1) * s.stride[i] + s.dilation[i] * (s.kernel[i] - 1) + 1 - s.pre[i] - s.post[i];
     }
-    if (out[2 + i] < 1) invalid("padding " + s.pre.str() + "/" + s.post.str() + " leaves no output in spatial dimension " + std::to_string(i));
+    if (out[2 + i] < 1) {
+      if (!full) out[2 + i] = -1;  // padding may still change: checked when the network is built
+      else invalid("padding " + s.pre.str() + "/" + s.post.str() + " leaves no output in spatial dimension " + std::to_string(i));
+    }
   }
   return {{in[0].type, out}};
 }
 
-std::vector<TensorDesc> infer_more(const PoolingParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const PoolingParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool full) {
   require_float(in[0], 0, "pooling");
   Spatial s = spatial(p.window, p.stride, p.pre_padding, p.post_padding, Dims{}, "window");
   if (p.blend_factor < 0.f || p.blend_factor > 1.f) invalid("blend_factor " + std::to_string(p.blend_factor) + " is outside [0, 1]");
   for (int i = 0; i < s.kernel.rank(); ++i)
     if (s.pre[i] >= s.kernel[i] || s.post[i] >= s.kernel[i])
       invalid("padding " + s.pre.str() + "/" + s.post.str() + " must be smaller than the window " + s.kernel.str());
-  return {infer_window(in[0], s, p.padding_mode, -1, "pooling")};
+  return {infer_window(in[0], s, p.padding_mode, -1, "pooling", full)};
 }
 
-std::vector<TensorDesc> infer_more(const NormalizationParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const NormalizationParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   require_float(in[0], 0, "normalization");
   int rank = in[0].dims.rank();
   check_axes(p.axes, rank, "axes");
@@ -390,13 +406,19 @@ std::vector<TensorDesc> infer_more(const NormalizationParams& p, std::span<const
     if (in[static_cast<std::size_t>(i)].type != in[0].type)
       invalid("input " + std::to_string(i) + (i == 1 ? " (scale)" : " (bias)") + " has type " +
               tname(in[static_cast<std::size_t>(i)].type) + "; it must be " + tname(in[0].type));
-    Dims b = broadcast_dims(in[0].dims, in[static_cast<std::size_t>(i)].dims);
-    if (!(b == in[0].dims)) invalid("input " + std::to_string(i) + " does not broadcast into input 0");
+    // Each dim of scale/bias is 1 or x's (a dynamic dim of x matches any size, checked at run time).
+    const Dims& x = in[0].dims;
+    const Dims& sb = in[static_cast<std::size_t>(i)].dims;
+    bool ok = sb.rank() == x.rank();
+    for (int d = 0; ok && d < x.rank(); ++d) ok = sb[d] == 1 || x[d] < 0 || sb[d] < 0 || sb[d] == x[d];
+    if (!ok)
+      invalid("input " + std::to_string(i) + (i == 1 ? " (scale)" : " (bias)") + " has dims " + sb.str() +
+              ", which do not broadcast into input 0 " + x.str());
   }
   return {in[0]};
 }
 
-std::vector<TensorDesc> infer_more(const ResizeParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const ResizeParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   const Dims& x = in[0].dims;
   if (p.mode != InterpolationMode::kNEAREST) require_float(in[0], 0, "linear and cubic resize");
   if (p.output_dims && !p.scales.empty()) invalid("set either output dims or scales, not both");
@@ -454,7 +476,7 @@ EinsumSpec parse_einsum(const std::string& eq, std::size_t inputs) {
   return s;
 }
 
-std::vector<TensorDesc> infer_more(const EinsumParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>) {
+std::vector<TensorDesc> infer_more(const EinsumParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   EinsumSpec s = parse_einsum(p.equation, in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
     require_float(in[i], static_cast<int>(i), "einsum");

@@ -10,7 +10,15 @@ This package is a thin layer over the C++ core (``tensoracle._native``):
 - The error classes below, shared by every part of tensoracle.
 """
 
-from tensoracle._native import (
+import os as _os
+
+# The CPU backend's threads (OpenMP, shared with OpenBLAS) sleep while they wait instead of
+# spinning, unless the user chose otherwise: spinning workers steal the cores that other work
+# needs (on a busy 2-core machine the MiniLM encoder ran 2.8x slower). libgomp reads this once,
+# when it is loaded, which importing _native does.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from tensoracle._native import (  # noqa: E402
     BuilderSettings,
     Engine,
     EngineBuild,
@@ -33,7 +41,7 @@ from tensoracle._native import (
     UnsafeCheckpointError,
     UnsupportedError,
 )
-from tensoracle import safetensors
+from tensoracle import safetensors  # noqa: E402
 
 deserialize_engine = Engine.deserialize
 load_engine = Engine.load
