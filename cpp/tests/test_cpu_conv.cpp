@@ -45,14 +45,29 @@ double ulp_of(DataType t, double v) {
   return std::ldexp(1.0, std::max(e, emin) - mant);
 }
 
-// A float32/float16/bfloat16 tensor: its bytes and the exact values they hold.
+// Canary words after a buffer's end: a kernel that writes past it changes them.
+constexpr std::size_t kGuardWords = 64;
+constexpr std::uint32_t kCanary = 0xDEADBEEFu;
+
+bool guard_intact(const std::uint32_t* end) {
+  for (std::size_t i = 0; i < kGuardWords; ++i)
+    if (end[i] != kCanary) return false;
+  return true;
+}
+
+// A float32/float16/bfloat16 tensor: its bytes (then a guard) and the exact values they hold.
 struct Tensor {
   DataType type = kF32;
   Dims dims;
-  std::vector<std::uint32_t> words;  // storage (4-byte aligned)
+  std::vector<std::uint32_t> words;  // storage (4-byte aligned), then kGuardWords canaries
 
-  Tensor(DataType t, Dims d)
-      : type(t), dims(d), words(static_cast<std::size_t>(std::max<i64>(1, d.volume() * element_size(t) / 4 + 1)), 0) {}
+  Tensor(DataType t, Dims d) : type(t), dims(d), words(data_words() + kGuardWords, 0) {
+    std::fill(words.begin() + static_cast<std::ptrdiff_t>(data_words()), words.end(), kCanary);
+  }
+  std::size_t data_words() const {
+    return static_cast<std::size_t>((std::max<i64>(0, dims.volume()) * element_size(type) + 3) / 4);
+  }
+  bool intact() const { return guard_intact(words.data() + data_words()); }
   i64 size() const { return dims.volume(); }
   void* data() { return words.data(); }
   TensorRef ref() { return TensorRef{data(), type, dims}; }
@@ -334,6 +349,17 @@ void expect_close(const Tensor& got, const Ref& ref, double ulps, double rel, co
 
 // ---- runners ----------------------------------------------------------------------------------
 
+// A workspace of the bytes a kernel asked for (NaN-filled), then a guard.
+struct Workspace {
+  std::vector<std::uint32_t> words;
+  std::size_t n;
+  explicit Workspace(std::size_t bytes) : words((bytes + 3) / 4 + kGuardWords, 0x7FC00000u), n((bytes + 3) / 4) {
+    std::fill(words.begin() + static_cast<std::ptrdiff_t>(n), words.end(), kCanary);
+  }
+  void* data() { return n ? words.data() : nullptr; }
+  bool intact() const { return guard_intact(words.data() + n); }
+};
+
 struct Outcome {
   Tensor out;
   Ref ref;
@@ -349,9 +375,11 @@ Outcome run_conv(const Spec& sp, DataType t, unsigned seed) {
   fill_window_params(p, sp);
   Tensor out(t, dims_of(out_shape(sp, sp.maps, forward_axes(sp))));
   const std::size_t ws_bytes = cpu::convolution_workspace_bytes(p, TensorRef{nullptr, t, x.dims}, TensorRef{nullptr, t, out.dims});
-  std::vector<float> ws(ws_bytes / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
+  Workspace ws(ws_bytes);
   TensorRef bref = b.ref();
-  cpu::convolution(p, x.ref(), w.ref(), sp.bias ? &bref : nullptr, out.ref(), ws_bytes ? ws.data() : nullptr);
+  cpu::convolution(p, x.ref(), w.ref(), sp.bias ? &bref : nullptr, out.ref(), ws.data());
+  EXPECT_TRUE(out.intact()) << "conv " << sp.name << " wrote past its output";
+  EXPECT_TRUE(ws.intact()) << "conv " << sp.name << " wrote past its workspace";
   const std::vector<double> bv = b.values();
   return {out, conv_ref(sp, x.values(), w.values(), sp.bias ? &bv : nullptr)};
 }
@@ -367,9 +395,11 @@ Outcome run_deconv(const Spec& sp, DataType t, unsigned seed) {
   Tensor out(t, dims_of(out_shape(sp, sp.maps, transposed_axes(sp))));
   const std::size_t ws_bytes =
       cpu::deconvolution_workspace_bytes(p, TensorRef{nullptr, t, x.dims}, TensorRef{nullptr, t, out.dims});
-  std::vector<float> ws(ws_bytes / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
+  Workspace ws(ws_bytes);
   TensorRef bref = b.ref();
-  cpu::deconvolution(p, x.ref(), w.ref(), sp.bias ? &bref : nullptr, out.ref(), ws_bytes ? ws.data() : nullptr);
+  cpu::deconvolution(p, x.ref(), w.ref(), sp.bias ? &bref : nullptr, out.ref(), ws.data());
+  EXPECT_TRUE(out.intact()) << "deconv " << sp.name << " wrote past its output";
+  EXPECT_TRUE(ws.intact()) << "deconv " << sp.name << " wrote past its workspace";
   const std::vector<double> bv = b.values();
   return {out, deconv_ref(sp, x.values(), w.values(), sp.bias ? &bv : nullptr)};
 }
@@ -405,6 +435,7 @@ Tensor run_pool(const PoolSpec& ps, DataType t, const Tensor& x) {
   Tensor out(t, dims_of(out_shape(sp, ps.x[1], forward_axes(sp))));
   Tensor xx = x;
   cpu::pooling(p, xx.ref(), out.ref());
+  EXPECT_TRUE(out.intact()) << "pooling wrote past its output";
   return out;
 }
 
@@ -476,9 +507,9 @@ TEST(CpuConv, ConvolutionTiledColumns) {
   check_conv(s, kF16);
 }
 
-// Small outputs share one GEMM across images (here 3 images of 600 positions, then 1).
+// Small outputs share one GEMM across images (here 3 images of 600 positions, then 2).
 TEST(CpuConv, ConvolutionImagesShareGemms) {
-  Spec s{.x = {4, 3, 20, 30}, .maps = 5, .k = {3, 3}, .pre = {1, 1}, .post = {1, 1}, .name = "merged"};
+  Spec s{.x = {5, 3, 20, 30}, .maps = 5, .k = {3, 3}, .pre = {1, 1}, .post = {1, 1}, .name = "merged"};
   for (DataType t : kTypes) check_conv(s, t);
   Spec grouped{.x = {5, 4, 7, 7}, .maps = 6, .k = {3, 3}, .s = {2, 2}, .groups = 2, .bias = false, .name = "merged_groups"};
   for (DataType t : kTypes) check_conv(grouped, t);

@@ -165,8 +165,11 @@ def test_convolution_f32(device, name):
     conv_case(device, name, "f32")
 
 
+NARROW_CONV = ["3x3_pad1", "same_upper", "dilated_asymmetric", "groups2", "depthwise", "1x1", "3d"]
+
+
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
-@pytest.mark.parametrize("name", case_params(CONV_CASES, ["3x3_pad1", "same_upper", "dilated_asymmetric", "1x1", "3d"]))
+@pytest.mark.parametrize("name", case_params(CONV_CASES, NARROW_CONV))
 def test_convolution_narrow(device, name, dt):
     conv_case(device, name, dt)
 
@@ -258,7 +261,7 @@ def test_deconvolution_f32(device, name):
 
 
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
-@pytest.mark.parametrize("name", case_params(DECONV_CASES, ["s2_pad1", "same_lower", "3d"]))
+@pytest.mark.parametrize("name", case_params(DECONV_CASES, ["s2_pad1", "same_lower", "groups2", "3d"]))
 def test_deconvolution_narrow(device, name, dt):
     deconv_case(device, name, dt)
 

@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -58,8 +57,8 @@ constexpr i64 kColCap = i64{1} << 18;
 constexpr i64 kMinTile = 256;
 // Column buffers (one per thread) of a convolution's tasks: at most this many.
 constexpr i64 kMaxSlots = 16;
-// Outputs of fewer positions than this share GEMMs across images (up to twice this many
-// positions per GEMM): a GEMM of a few dozen columns runs far below the machine's peak.
+// Outputs of fewer positions than this put several images side by side in one GEMM (up to
+// twice this many positions): deep layers' small outputs would make narrow GEMMs.
 constexpr i64 kMergeBelow = 1024;
 // Work (in inner-loop elements) below which a loop stays on one thread.
 constexpr i64 kParallelWork = 32 * 1024;
@@ -104,6 +103,12 @@ void parallel_rows(i64 n, i64 row_work, const std::function<void(i64, i64)>& fn)
   detail::parallel_ranges(n, fn, std::max<i64>(1, ceil_div(kParallelWork, std::max<i64>(1, row_work))));
 }
 
+// std::fill_n for floats, vectorized (GCC's -O2 leaves a non-zero fill scalar).
+void fill(float* p, i64 n, float v) {
+#pragma omp simd
+  for (i64 i = 0; i < n; ++i) p[i] = v;
+}
+
 template <class Tr>
 void widen(const void* src, float* dst, i64 n) {
   const auto* s = static_cast<const typename Tr::T*>(src);
@@ -131,27 +136,15 @@ void sgemm(bool trans_a, i64 m, i64 n, i64 k, const float* a, i64 lda, const flo
               c, static_cast<int>(ldc));
 }
 
-// While a window kernel runs GEMMs on its own threads, OpenBLAS runs every call on the calling
-// thread (its pthread build has a process-wide thread count and, before 0.3.27, no per-thread
-// setting). Counted, so that overlapping kernels restore it once, when the last one ends.
-class BlasOnCallingThread {
- public:
-  BlasOnCallingThread() {
-    detail::ensure_blas_threads();
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (active_++ == 0) openblas_set_num_threads(1);
-  }
-  ~BlasOnCallingThread() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--active_ == 0) openblas_set_num_threads(num_threads());
-  }
-  BlasOnCallingThread(const BlasOnCallingThread&) = delete;
-  BlasOnCallingThread& operator=(const BlasOnCallingThread&) = delete;
-
- private:
-  static inline std::mutex mutex_;
-  static inline int active_ = 0;
-};
+// Whether GEMMs may run side by side on the kernels' OpenMP team, each on its caller's thread:
+// OpenBLAS's OpenMP build runs a call made inside a parallel region on the calling thread (and
+// shares the team's pool), the sequential build always does. Its pthread build would start its
+// own threads for each call (and serializes concurrent threaded calls): there the tasks run
+// one after the other and every GEMM uses OpenBLAS's threads.
+bool gemms_on_team() {
+  static const bool team = openblas_get_parallel() != OPENBLAS_THREAD;
+  return team;
+}
 
 // ---- geometry ---------------------------------------------------------------------------------
 
@@ -296,11 +289,13 @@ ConvPlan conv_plan(const Geo& g, ConvPath path) {
   if (path == ConvPath::kDirectGemm) {
     pl.tile = g.out_sp;
   } else if (g.out_sp < kMergeBelow && g.N > 1 && 2 * g.out_sp <= pl.budget) {
-    pl.images = std::min(g.N, std::max<i64>(2, std::min(pl.budget, 2 * kMergeBelow) / g.out_sp));
+    const i64 most = std::min(g.N, std::max<i64>(2, std::min(pl.budget, 2 * kMergeBelow) / g.out_sp));
+    pl.images = ceil_div(g.N, ceil_div(g.N, most));  // as many GEMMs, evened out
     pl.tile = pl.images * g.out_sp;
     pl.merged = true;
   } else {
-    pl.tile = std::max<i64>(1, std::min(g.out_sp, pl.budget));
+    const i64 most = std::max<i64>(1, std::min(g.out_sp, pl.budget));
+    pl.tile = ceil_div(g.out_sp, ceil_div(g.out_sp, most));  // as many tiles, evened out
   }
   if (pl.merged) {
     pl.batches = ceil_div(g.N, pl.images);
@@ -386,19 +381,18 @@ void im2col(const Geo& g, const typename Tr::T* xg, i64 p0, i64 p1, float* col, 
   }
 }
 
-// Runs task(t, slot) for t in [0, tasks): on the calling thread (slot 0) with OpenBLAS's own
-// threads inside each GEMM, or on an OpenMP team (slot = thread) with each GEMM on its
-// caller's thread. OpenBLAS 0.3's pthread build neither scales its threads on these GEMM
-// sizes nor runs concurrent calls side by side, and an OpenMP team spinning next to its
-// threads slows both several times; one single-threaded GEMM per team thread scales.
+// Runs task(t, slot) for t in [0, tasks): on an OpenMP team (slot = thread), each task's GEMM
+// on its own thread, or (one task, one thread, or OpenBLAS's pthread build) on the calling
+// thread (slot 0) with OpenBLAS's threads inside each GEMM. Many single-threaded GEMMs side by
+// side scale better than OpenBLAS's split of one GEMM of these shapes (a few hundred columns).
 void run_tasks(i64 tasks, i64 slots, const std::function<void(i64, i64)>& task) {
   const i64 nt = std::min<i64>(num_threads(), std::min(slots, tasks));
-  if (nt <= 1) {
+  detail::ensure_blas_threads();
+  if (nt <= 1 || !gemms_on_team()) {
     for (i64 t = 0; t < tasks; ++t) task(t, 0);
     return;
   }
 #ifdef _OPENMP
-  BlasOnCallingThread guard;
 #pragma omp parallel for num_threads(static_cast<int>(nt)) schedule(dynamic, 1)
   for (i64 t = 0; t < tasks; ++t) task(t, omp_get_thread_num());
 #else
@@ -446,7 +440,7 @@ void conv_gemm(const Geo& g, ConvPath path, const TensorRef& x, const TensorRef&
       const i64 nb = std::min(pl.images, g.N - n0), Tn = nb * g.out_sp;
       for (i64 j = 0; j < nb; ++j)
         im2col<Tr>(g, xs + ((n0 + j) * g.C + gr * g.Cg) * g.in_sp, 0, g.out_sp, col + j * g.out_sp, Tn);
-      for (i64 k = 0; k < g.Kg; ++k) std::fill_n(cbuf + k * Tn, Tn, b[gr * g.Kg + k]);
+      for (i64 k = 0; k < g.Kg; ++k) fill(cbuf + k * Tn, Tn, b[gr * g.Kg + k]);
       sgemm(false, g.Kg, Tn, rows, W + gr * g.Kg * rows, rows, col, Tn, 1.f, cbuf, Tn);
       for (i64 j = 0; j < nb; ++j) store(cbuf + j * g.out_sp, Tn, n0 + j, gr, 0, g.out_sp);
       return;
@@ -475,10 +469,28 @@ void conv_gemm(const Geo& g, ConvPath path, const TensorRef& x, const TensorRef&
       C = reinterpret_cast<float*>(os) + (n * g.K + gr * g.Kg) * g.out_sp + p0;
       ldc = g.out_sp;
     }
-    for (i64 k = 0; k < g.Kg; ++k) std::fill_n(C + k * ldc, Tn, b[gr * g.Kg + k]);
+    for (i64 k = 0; k < g.Kg; ++k) fill(C + k * ldc, Tn, b[gr * g.Kg + k]);
     sgemm(false, g.Kg, Tn, rows, W + gr * g.Kg * rows, rows, B, ldb, 1.f, C, ldc);
     if constexpr (narrow) store(C, ldc, n, gr, p0, Tn);
   });
+}
+
+// a[q] += sum over kw < KW of w[kw] * src[q + kw * dw], for q in [lo, hi).
+template <class Tr, int KW>
+void fused_taps(float* a, const typename Tr::T* src, const float* w, i64 dw, i64 lo, i64 hi) {
+  const typename Tr::T* p[KW];
+  float wk[KW];
+  for (int k = 0; k < KW; ++k) {
+    p[k] = src + k * dw;
+    wk[k] = w[k];
+  }
+#pragma omp simd
+  for (i64 q = lo; q < hi; ++q) {
+    float sum = a[q];
+#pragma GCC unroll 8
+    for (int k = 0; k < KW; ++k) sum += wk[k] * Tr::load(p[k][q]);
+    a[q] = sum;
+  }
 }
 
 // Convolution with one input channel per group (depthwise, with K/groups maps per channel):
@@ -505,8 +517,14 @@ void conv_depthwise(const Geo& g, const TensorRef& x, const TensorRef& kernel, c
     lo_w[kw] = std::max<i64>(0, ceil_div(-off[kw], g.s[2]));
     hi_w[kw] = std::max<i64>(0, ceil_div(g.in[2] - off[kw], g.s[2]));
   }
+  // Stride 1 and kernel rows of at most kFuse taps: all taps of a kernel row in one pass over
+  // the columns where all are in bounds (the fused range [flo, fhi)).
+  constexpr i64 kFuse = 16;
+  const bool fuse = g.s[2] == 1 && g.k[2] > 1 && g.k[2] <= kFuse;  // 3, 5, 7 unrolled
+  const i64 flo = *std::max_element(lo_w.begin(), lo_w.end()), fhi = *std::min_element(hi_w.begin(), hi_w.end());
   parallel_rows(items, rb * cw * g.kvol, [&](i64 i0, i64 i1) {
     float acc[kBlock];
+    float wf[kFuse];
     for (i64 it = i0; it < i1; ++it) {
       const i64 cb = it % col_blocks, rbi = (it / col_blocks) % row_blocks, od = (it / (col_blocks * row_blocks)) % OD;
       const i64 nk = it / (col_blocks * row_blocks * OD), k = nk % g.K, n = nk / g.K;
@@ -514,16 +532,47 @@ void conv_depthwise(const Geo& g, const TensorRef& x, const TensorRef& kernel, c
       const i64 ncol = ow1 - ow0;
       const T* xc = xs + (n * g.C + k / g.Kg) * g.in_sp;  // the input channel of k's group
       const T* wk = ws + k * g.kvol;
-      std::fill_n(acc, (oh1 - oh0) * ncol, bs ? Tr::load(bs[k]) : 0.f);
+      fill(acc, (oh1 - oh0) * ncol, bs ? Tr::load(bs[k]) : 0.f);
       for (i64 kd = 0; kd < g.k[0]; ++kd) {
         const i64 id = od * g.s[0] - g.pre[0] + kd * g.d[0];
         if (id < 0 || id >= g.in[0]) continue;
         for (i64 kh = 0; kh < g.k[1]; ++kh) {
           // Rows whose input row ih = oh * sh + th is in bounds.
           const i64 th = kh * g.d[1] - g.pre[1];
-          const i64 r0 = std::clamp(ceil_div(-th, g.s[1]), oh0, oh1), r1 = std::clamp(ceil_div(g.in[1] - th, g.s[1]), r0, oh1);
-          for (i64 kw = 0; kw < g.k[2]; ++kw) {
-            const float wv = Tr::load(wk[(kd * g.k[1] + kh) * g.k[2] + kw]);
+          const i64 r0 = std::clamp(ceil_div(-th, g.s[1]), oh0, oh1);
+          const i64 r1 = std::clamp(ceil_div(g.in[1] - th, g.s[1]), r0, oh1);
+          const T* wr = wk + (kd * g.k[1] + kh) * g.k[2];
+          i64 kw0 = 0;
+          if (fuse) {  // stride 1, every tap in bounds on [flo, fhi): one pass for the whole kernel row
+            for (i64 kw = 0; kw < g.k[2]; ++kw) wf[kw] = Tr::load(wr[kw]);
+            const i64 lo = std::clamp(flo, ow0, ow1), hi = std::clamp(fhi, lo, ow1);
+            for (i64 oh = r0; oh < r1; ++oh) {
+              const T* src = xc + (id * g.in[1] + oh * g.s[1] + th) * g.in[2] + off[0];
+              float* a = acc + (oh - oh0) * ncol - ow0;
+              const i64 dw = g.d[2], kn = g.k[2];
+              switch (kn) {
+                case 3: fused_taps<Tr, 3>(a, src, wf, dw, lo, hi); break;
+                case 5: fused_taps<Tr, 5>(a, src, wf, dw, lo, hi); break;
+                case 7: fused_taps<Tr, 7>(a, src, wf, dw, lo, hi); break;
+                default:
+                  for (i64 kw = 0; kw < kn; ++kw) {
+                    const float wv = wf[kw];
+                    const T* sk = src + kw * dw;
+#pragma omp simd
+                    for (i64 q = lo; q < hi; ++q) a[q] += wv * Tr::load(sk[q]);
+                  }
+              }
+              // The edge columns, tap by tap.
+              for (i64 kw = 0; kw < kn; ++kw) {
+                const i64 o = off[kw] - off[0];
+                for (i64 q = std::clamp(lo_w[kw], ow0, lo); q < lo; ++q) a[q] += wf[kw] * Tr::load(src[q + o]);
+                for (i64 q = hi; q < std::clamp(hi_w[kw], hi, ow1); ++q) a[q] += wf[kw] * Tr::load(src[q + o]);
+              }
+            }
+            kw0 = g.k[2];
+          }
+          for (i64 kw = kw0; kw < g.k[2]; ++kw) {
+            const float wv = Tr::load(wr[kw]);
             const i64 lo = std::clamp(lo_w[kw], ow0, ow1), hi = std::clamp(hi_w[kw], lo, ow1), o = off[kw];
             for (i64 oh = r0; oh < r1; ++oh) {
               const T* xrow = xc + (id * g.in[1] + oh * g.s[1] + th) * g.in[2];
@@ -670,7 +719,7 @@ void deconv_gemm(const Geo& g, const TensorRef& x, const TensorRef& kernel, cons
       X = reinterpret_cast<const float*>(xs) + xoff;
       og = reinterpret_cast<float*>(os) + ooff;
     }
-    for (i64 k = 0; k < g.Kg; ++k) std::fill_n(og + k * g.out_sp, g.out_sp, b[gr * g.Kg + k]);
+    for (i64 k = 0; k < g.Kg; ++k) fill(og + k * g.out_sp, g.out_sp, b[gr * g.Kg + k]);
     if (pw) {  // the GEMM's rows are the output's channels: accumulate onto the bias directly
       sgemm(true, g.Kg, g.in_sp, g.Cg, Wg, rows, X, g.in_sp, 1.f, og, g.out_sp);
     } else {
@@ -697,7 +746,7 @@ void pool(const PoolingParams& p, const Geo& g, const TensorRef& x, const Tensor
   const i64 OD = g.out[0], OH = g.out[1], OW = g.out[2];
   const i64 rows = g.N * g.C * OD * OH;
   const bool want_max = p.type != PoolingType::kAVERAGE, want_avg = p.type != PoolingType::kMAX;
-  const double blend = p.type == PoolingType::kMAX_AVERAGE_BLEND ? p.blend_factor : p.type == PoolingType::kMAX ? 1.0 : 0.0;
+  const double blend = p.type == PoolingType::kMAX_AVERAGE_BLEND ? p.blend_factor : 0.0;
   // The padded input ends at in + post (explicit modes; EXPLICIT_ROUND_UP windows may reach
   // past it and are clipped there). SAME windows never reach past their computed padding.
   std::array<i64, kS> lim{};
