@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import ctypes.util
 import glob
 import math
 import os
@@ -41,16 +40,22 @@ import tempfile
 import time
 from typing import Callable
 
-import numpy as np
+# The threading variables as the user set them, before any import: importing tensoracle sets
+# OMP_WAIT_POLICY (setdefault) so that its libgomp workers do not spin.
+ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_WAIT_POLICY",
+            "GOMP_SPINCOUNT")
+ENV_AT_START = {k: os.environ.get(k) for k in ENV_VARS}
+
+import numpy as np  # noqa: E402
 
 # tensoracle first: its OpenMP runtime (libgomp) is then initialised with tensoracle's default
 # wait policy (passive: see tensoracle/__init__.py).
-import tensoracle  # noqa: I001
-import tensoracle.trt as trt
+import tensoracle  # noqa: I001, E402
+import tensoracle.trt as trt  # noqa: E402
 
-import onnx
-import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 BATCH = 64
 WIDTH = 1024
@@ -102,23 +107,39 @@ def usable_cpus() -> int | None:
 class OpenBlas:
     """ctypes access to one loaded OpenBLAS (its name, thread count and sgemm)."""
 
-    def __init__(self, lib: ctypes.CDLL, prefix: str = "", suffix: str = "", int64: bool = False):
+    def __init__(self, lib: ctypes.CDLL, where: str, prefix: str = "", suffix: str = "", int64: bool = False):
         self.lib = lib
+        self.where = where  # which file holds it
         self._p, self._s = prefix, suffix
         self.int_t = ctypes.c_int64 if int64 else ctypes.c_int
 
     def _fn(self, name: str):
         return getattr(self.lib, f"{self._p}{name}{self._s}")
 
+    def _str(self, *names: str) -> str | None:
+        for name in names:
+            try:
+                f = self._fn(name)
+            except AttributeError:
+                continue
+            f.restype = ctypes.c_char_p
+            return f().decode()
+        return None
+
     def corename(self) -> str:
-        f = self._fn("openblas_get_corename")
-        f.restype = ctypes.c_char_p
-        return f().decode()
+        return self._str("openblas_get_corename", "gotoblas_corename") or "?"
 
     def config(self) -> str:
-        f = self._fn("openblas_get_config")
-        f.restype = ctypes.c_char_p
-        return f().decode()
+        config = self._str("openblas_get_config")
+        if config is None:  # not exported (a static OpenBLAS inside another library)
+            config = "OpenBLAS (version not exported)"
+        try:
+            f = self._fn("openblas_get_parallel")
+            f.restype = ctypes.c_int
+            config += ", threading " + {0: "sequential", 1: "pthreads", 2: "OpenMP"}.get(f(), "?")
+        except AttributeError:
+            pass
+        return config
 
     def num_threads(self) -> int:
         f = self._fn("openblas_get_num_threads")
@@ -149,19 +170,25 @@ class OpenBlas:
 
 
 def tensoracle_openblas() -> OpenBlas | None:
-    """The OpenBLAS tensoracle's extension links (already loaded: dlopen returns the same one)."""
+    """The OpenBLAS tensoracle's GEMMs run on: linked into the extension itself (static), else the
+    shared libopenblas it loaded (dlopen of a loaded library returns that same copy)."""
+    native = sys.modules["tensoracle._native"].__file__
+    try:
+        lib = ctypes.CDLL(native)
+        lib.cblas_sgemm, lib.openblas_get_num_threads  # noqa: B018  (exported by a static OpenBLAS)
+        return OpenBlas(lib, f"static in {os.path.basename(native)}")
+    except (OSError, AttributeError):
+        pass
     names = []
     try:
         with open("/proc/self/maps") as f:
             names = sorted({line.split()[-1] for line in f if "libopenblas" in line and "scipy" not in line})
     except OSError:
         pass
-    for name in names + ["libopenblas.so.0", ctypes.util.find_library("openblas") or ""]:
-        if not name:
-            continue
+    for name in names:
         try:
-            ob = OpenBlas(ctypes.CDLL(name))
-            ob.corename()
+            ob = OpenBlas(ctypes.CDLL(name), name)
+            ob.num_threads()
             return ob
         except (OSError, AttributeError):
             continue
@@ -173,7 +200,7 @@ def numpy_openblas() -> OpenBlas | None:
     libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
     for path in glob.glob(os.path.join(libdir, "*openblas*")):
         try:
-            ob = OpenBlas(ctypes.CDLL(path), prefix="scipy_", suffix="64_", int64=True)
+            ob = OpenBlas(ctypes.CDLL(path), os.path.basename(path), prefix="scipy_", suffix="64_", int64=True)
             ob.corename()
             return ob
         except (OSError, AttributeError):
@@ -407,18 +434,20 @@ def main() -> int:
     print(f"  load         : {load_line()} (at the start; other processes skew the timings)")
     print(f"  versions     : tensoracle {tensoracle.__version__}, onnxruntime {ort.__version__}, onnx {onnx.__version__}, "
           f"numpy {np.__version__}")
-    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS",
-                "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
-        val = os.environ.get(var)
-        print(f"  env {var:20s}: {'set to ' + repr(val) if val is not None else 'not set'}")
+    for var in ENV_VARS:
+        before, now = ENV_AT_START[var], os.environ.get(var)
+        line = f"set to {before!r}" if before is not None else "not set"
+        if now != before:
+            line += f" by the user, {now!r} after importing tensoracle"
+        print(f"  env {var:20s}: {line}")
     print(f"  threads      : {n} for both (tensoracle.cpu_threads() = {tensoracle.cpu_threads()}; "
           f"onnxruntime intra_op = {n}, inter_op = 1, ORT_ENABLE_ALL)")
     if sys_blas:
         print(f"  tensoracle's OpenBLAS : {sys_blas.config()} | core {sys_blas.corename()} | "
-              f"threads {sys_blas.num_threads()}")
+              f"threads {sys_blas.num_threads()} | {sys_blas.where}")
     if np_blas:
         print(f"  numpy's OpenBLAS      : {np_blas.config()} | core {np_blas.corename()} | "
-              f"threads {np_blas.num_threads()}")
+              f"threads {np_blas.num_threads()} | {np_blas.where}")
     print(f"  timing       : warm-up {warmup}, >= {iterations} iterations and >= {min_seconds:g} s per peer, "
           f"in {rounds} interleaved rounds")
 
