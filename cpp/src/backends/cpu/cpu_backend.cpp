@@ -10,6 +10,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_more.h"
+#include "backends/cpu/onednn.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
@@ -31,7 +32,7 @@ int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
 class CpuNodeKernel final : public NodeKernel {
  public:
-  CpuNodeKernel(const graph::Graph& g, const graph::Node& n) : node_(n) {
+  CpuNodeKernel(const graph::Graph& g, const graph::Node& n) : node_(n), accel_(cpu::onednn::make(g, n)) {
     for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value()});
   }
 
@@ -59,8 +60,12 @@ class CpuNodeKernel final : public NodeKernel {
     return descs;
   }
 
+  // Scratch: the main op's (the larger of the generic kernel's and oneDNN's, since a shape
+  // oneDNN does not run falls back), then two buffers the epilogue passes alternate between.
   std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
     std::size_t main_ws = main_workspace(in);
+    std::size_t accel_ws = 0;
+    if (accel_ && accel_->fits(in, chain_main(in).dims, accel_ws)) main_ws = std::max(main_ws, accel_ws);
     if (node_.epilogue.empty()) return align_up(main_ws);
     auto descs = chain(in);
     std::size_t biggest = 0;
@@ -70,19 +75,27 @@ class CpuNodeKernel final : public NodeKernel {
 
   void run(std::span<const Buffer> in, const Buffer& out, void* workspace) const override {
     auto* ws = static_cast<std::byte*>(workspace);
-    if (node_.epilogue.empty()) {
-      run_main(in, out, ws);
+    // oneDNN runs the main op and the first `done` epilogue ops as one primitive.
+    std::size_t done = 0, accel_ws = 0;
+    const bool accel = accel_ && accel_->fits(in, chain_main(in).dims, accel_ws);
+    if (accel) done = accel_->fused();
+    if (node_.epilogue.size() == done) {
+      if (accel) accel_->run(in, chain_main(in).dims, out, ws);
+      else run_main(in, out, ws);
       return;
     }
     auto descs = chain(in);
-    std::size_t main_ws = main_workspace(in);
+    std::size_t main_ws = std::max(main_workspace(in), accel_ws);
     std::size_t biggest = 0;
     for (std::size_t i = 0; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i], descs[i].dims));
     std::byte* scratch[2] = {ws + align_up(main_ws), ws + align_up(main_ws) + align_up(biggest)};
-    Buffer cur{scratch[0], descs[0].type, descs[0].dims};
-    run_main(in, cur, ws);
+    Buffer cur{scratch[done % 2], descs[done].type, descs[done].dims};
+    if (accel) accel_->run(in, descs[0].dims, cur, ws);
+    else run_main(in, cur, ws);
     std::size_t k = node_.inputs.size();
-    for (std::size_t i = 0; i < node_.epilogue.size(); ++i) {
+    for (std::size_t i = 0; i < done; ++i)
+      if (node_.epilogue[i].operand >= 0) ++k;
+    for (std::size_t i = done; i < node_.epilogue.size(); ++i) {
       const auto& op = node_.epilogue[i];
       bool last = i + 1 == node_.epilogue.size();
       Buffer next = last ? out : Buffer{scratch[(i + 1) % 2], descs[i + 1].type, descs[i + 1].dims};
@@ -191,6 +204,7 @@ class CpuNodeKernel final : public NodeKernel {
   }
 
   graph::Node node_;
+  std::unique_ptr<cpu::onednn::Accelerated> accel_;  // null: the generic kernels
   std::vector<graph::InputFacts> facts_;
 };
 
@@ -234,7 +248,8 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
 
   nlohmann::json target() const override {
-    return {{"backend", "cpu"}, {"arch", machine_arch()}, {"device", cpu_model()}, {"isa", cpu_isa()}};
+    return {{"backend", "cpu"}, {"arch", machine_arch()}, {"device", cpu_model()}, {"isa", cpu_isa()},
+            {"onednn", cpu::onednn::version()}};
   }
 
   void check_compatible(const nlohmann::json& t) const override {
@@ -256,11 +271,16 @@ class CpuBackend final : public Backend {
            std::holds_alternative<ElementWiseParams>(op.params);
   }
 
-  std::vector<std::string> tactics(const graph::Graph&, const graph::Node& n) const override {
+  std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const override {
+    const bool onednn = cpu::onednn::applicable(g, n);
     switch (n.type()) {
-      case LayerType::kMATRIX_MULTIPLY: return {"cpu.gemm.openblas"};
+      case LayerType::kMATRIX_MULTIPLY:
+        if (onednn) return {cpu::onednn::kMatmulTactic, "cpu.gemm.openblas"};
+        return {"cpu.gemm.openblas"};
       case LayerType::kSHUFFLE: return {"cpu.shuffle"};
-      case LayerType::kCONVOLUTION: return {"cpu.conv.im2col_gemm"};
+      case LayerType::kCONVOLUTION:
+        if (onednn) return {cpu::onednn::kConvTactic, "cpu.conv.im2col_gemm"};
+        return {"cpu.conv.im2col_gemm"};
       case LayerType::kEINSUM: return {"cpu.einsum.gemm"};
       default: return {"cpu." + std::string(layer_type_name(n.type()))};
     }

@@ -1,0 +1,46 @@
+// Internal: the CPU backend's oneDNN tactics. A float32 matrix multiply or convolution runs
+// as one oneDNN primitive (brgemm/JIT kernels for the machine's ISA) with a prefix of the
+// node's epilogue as post-ops, constant weights reordered once into oneDNN's blocked layout.
+//
+// Semantics are the generic kernels' (float32 accumulation, never TF32); results differ from
+// them only by summation order and by oneDNN's activation approximations (a few ulp).
+// Shapes oneDNN cannot run as planned (an operand broadcast it lacks, say) fall back to the
+// generic kernels for that shape: the node stays correct, only slower.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "graph/graph.h"
+#include "runtime/backend.h"
+
+namespace tensoracle::cpu::onednn {
+
+class Accelerated {
+ public:
+  virtual ~Accelerated() = default;
+  // How many epilogue ops run as post-ops (a prefix of node.epilogue).
+  virtual std::size_t fused() const = 0;
+  // Workspace the run at these input shapes needs; nullopt-like false when oneDNN does not run
+  // them (the caller then uses the generic kernels). `main_out` is the main op's result dims.
+  virtual bool fits(std::span<const runtime::Buffer> in, const Dims& main_out, std::size_t& workspace) const = 0;
+  // Runs the main op and the fused prefix; `out` has the type and dims of the value the
+  // prefix's last op produces. Only after fits(...) returned true for these shapes.
+  virtual void run(std::span<const runtime::Buffer> in, const Dims& main_out, const runtime::Buffer& out,
+                   void* workspace) const = 0;
+};
+
+// The tactic names, and whether a node can use one.
+inline constexpr const char* kMatmulTactic = "cpu.gemm.onednn";
+inline constexpr const char* kConvTactic = "cpu.conv.onednn";
+bool applicable(const graph::Graph& g, const graph::Node& n);
+
+// Null when the node's tactic is not a oneDNN tactic.
+std::unique_ptr<Accelerated> make(const graph::Graph& g, const graph::Node& n);
+
+// "major.minor.patch" of the oneDNN library loaded (goes into the engine target).
+std::string version();
+
+}  // namespace tensoracle::cpu::onednn
