@@ -279,6 +279,7 @@ class CpuBackend final : public Backend {
         return {"cpu.gemm.openblas"};
       case LayerType::kSHUFFLE: return {"cpu.shuffle"};
       case LayerType::kCONVOLUTION:
+        if (onednn && cpu::onednn::output_channels_last(g, n)) return {cpu::onednn::kConvTacticChannelsLast};
         if (onednn) return {cpu::onednn::kConvTactic, "cpu.conv.im2col_gemm"};
         return {"cpu.conv.im2col_gemm"};
       case LayerType::kEINSUM: return {"cpu.einsum.gemm"};

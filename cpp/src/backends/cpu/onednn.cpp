@@ -60,6 +60,19 @@ dnnl::memory::dims plain_strides(const dnnl::memory::dims& d) {
 
 dnnl::memory::desc plain(const dnnl::memory::dims& d) { return {d, dt::f32, plain_strides(d)}; }
 
+// [N, C, spatial...] stored channels-last: [N, spatial..., C].
+dnnl::memory::desc nhwc(const dnnl::memory::dims& d) {
+  dnnl::memory::dims permuted{d[0]};
+  permuted.insert(permuted.end(), d.begin() + 2, d.end());
+  permuted.push_back(d[1]);
+  auto ps = plain_strides(permuted);
+  dnnl::memory::dims strides(d.size());
+  strides[0] = ps[0];
+  strides[1] = ps.back();
+  for (std::size_t i = 2; i < d.size(); ++i) strides[i] = ps[i - 1];
+  return {d, dt::f32, strides};
+}
+
 // The thread count of kernels applies to oneDNN's OpenMP regions for the duration of a call.
 class ThreadScope {
  public:
@@ -351,10 +364,16 @@ class Matmul final : public Accelerated {
 
 // ---- convolution --------------------------------------------------------------------------
 
+// Whether value v is stored channels-last: its producer is a channels-last convolution.
+bool channels_last_value(const graph::Graph& g, int v) {
+  int p = g.values[static_cast<std::size_t>(v)].producer;
+  return p >= 0 && g.nodes[static_cast<std::size_t>(p)].tactic == kConvTacticChannelsLast;
+}
+
 struct ConvPlan : Plan {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
-  dnnl::memory::desc user_src, user_dst, user_weights, bias;
+  dnnl::memory::desc user_src, user_dst, user_residual, user_weights, bias;
   std::optional<dnnl::reorder> to_src, to_weights, from_dst, residual_to_dst;
   std::size_t src_offset = 0, dst_offset = 0, weights_offset = 0;
   std::unique_ptr<PackedWeights> packed;
@@ -363,22 +382,30 @@ struct ConvPlan : Plan {
 class Convolution final : public Accelerated {
  public:
   Convolution(const graph::Graph& g, const graph::Node& n)
-      : p_(std::get<ConvolutionParams>(n.params)),
+      : name_(n.name),
+        p_(std::get<ConvolutionParams>(n.params)),
         weights_constant_(g.values[static_cast<std::size_t>(n.inputs[1])].constant.has_value()),
         has_bias_(n.inputs.size() > 2),
-        ops_(fusable_prefix(g, n, true)) {}
+        ops_(fusable_prefix(g, n, true)),
+        src_cl_(channels_last_value(g, n.inputs[0])),
+        dst_cl_(n.tactic == kConvTacticChannelsLast) {
+    for (const auto& op : ops_)
+      if (op.kind == PostOp::kSum) residual_cl_ = channels_last_value(g, n.all_inputs()[op.operand]);
+  }
 
   std::size_t fused() const override { return ops_.size(); }
 
   bool fits(std::span<const Buffer> in, const Dims& main_out, std::size_t& workspace) const override {
+    if (main_out.volume() == 0 && (src_cl_ || dst_cl_ || residual_cl_)) return true;  // nothing to compute
     auto plan = plan_for(in, main_out);
     if (plan) workspace = plan->workspace;
     return plan != nullptr;
   }
 
   void run(std::span<const Buffer> in, const Dims& main_out, const Buffer& out, void* workspace) const override {
+    if (main_out.volume() == 0) return;
     auto plan = plan_for(in, main_out);
-    if (!plan) throw BuildError("[cpu] convolution: no oneDNN plan for these shapes");
+    if (!plan) throw BuildError("[cpu] convolution '" + name_ + "': no oneDNN plan for these shapes");
     const auto& eng = cpu_engine();
     auto* ws = static_cast<std::byte*>(workspace);
     ThreadScope threads;
@@ -405,10 +432,10 @@ class Convolution final : public Accelerated {
       if (op.kind != PostOp::kSum) continue;
       const Buffer& residual = in[op.operand];
       if (plan->residual_to_dst) {
-        dnnl::memory user_res(plan->user_dst, eng, residual.data);
+        dnnl::memory user_res(plan->user_residual, eng, residual.data);
         plan->residual_to_dst->execute(s, user_res, dst);
-      } else {
-        copy({residual.data, DataType::kFLOAT, residual.dims}, {out.data, DataType::kFLOAT, out.dims});
+      } else {  // the same layout: bytes
+        copy({residual.data, DataType::kFLOAT, residual.dims}, {dst.get_data_handle(), DataType::kFLOAT, out.dims});
       }
     }
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
@@ -420,7 +447,8 @@ class Convolution final : public Accelerated {
 
  private:
   std::shared_ptr<const ConvPlan> plan_for(std::span<const Buffer> in, const Dims& main_out) const {
-    return cache_.get(in, [&]() -> std::shared_ptr<const ConvPlan> { return make_plan(in, main_out); });
+    return required(cache_.get(in, [&]() -> std::shared_ptr<const ConvPlan> { return make_plan(in, main_out); }),
+                    "oneDNN cannot run it at these shapes, and its channels-last data has no generic kernel");
   }
 
   std::shared_ptr<const ConvPlan> make_plan(std::span<const Buffer> in, const Dims& out) const {
@@ -457,18 +485,20 @@ class Convolution final : public Accelerated {
       pad_r.push_back(r);
     }
     auto plan = std::make_shared<ConvPlan>();
-    plan->user_src = plain(to_dims(x));
-    plan->user_dst = plain(to_dims(out));
+    const bool channels_last = src_cl_ || dst_cl_ || residual_cl_;
+    plan->user_src = src_cl_ ? nhwc(to_dims(x)) : plain(to_dims(x));
+    plan->user_dst = dst_cl_ ? nhwc(to_dims(out)) : plain(to_dims(out));
+    plan->user_residual = residual_cl_ ? nhwc(to_dims(out)) : plain(to_dims(out));
     plan->user_weights = plain(wd);
     plan->bias = plain({K});
     auto any = [](const dnnl::memory::dims& d) { return dnnl::memory::desc(d, dt::f32, tag::any); };
     auto attr = attributes(ops_, {});
     dnnl::memory::desc bias = has_bias_ ? plan->bias : dnnl::memory::desc();
     auto desc = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                                any(to_dims(x)), any(wd), bias, any(to_dims(out)), strides, dilates, pad_l,
-                                                pad_r);
+                                                src_cl_ ? plan->user_src : any(to_dims(x)), any(wd), bias,
+                                                dst_cl_ ? plan->user_dst : any(to_dims(out)), strides, dilates, pad_l, pad_r);
     plan->pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
-    if (has_ref_impl(plan->pd)) return nullptr;
+    if (has_ref_impl(plan->pd) && !channels_last) return nullptr;  // slower than the generic kernel
     plan->prim = dnnl::convolution_forward(plan->pd);
     std::size_t offset = 0;
     if (plan->pd.src_desc() != plan->user_src) {
@@ -478,11 +508,12 @@ class Convolution final : public Accelerated {
     }
     if (plan->pd.dst_desc() != plan->user_dst) {
       plan->from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan->pd.dst_desc(), cpu_engine(), plan->user_dst));
-      plan->residual_to_dst =
-          dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan->user_dst, cpu_engine(), plan->pd.dst_desc()));
       plan->dst_offset = offset;
       offset += align_up(plan->pd.dst_desc().get_size());
     }
+    if (plan->pd.dst_desc() != plan->user_residual)
+      plan->residual_to_dst =
+          dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan->user_residual, cpu_engine(), plan->pd.dst_desc()));
     if (weights_constant_) {
       plan->packed = std::make_unique<PackedWeights>();
       plan->packed->user = plan->user_weights;
@@ -497,10 +528,18 @@ class Convolution final : public Accelerated {
     return plan;
   }
 
+  // A plan the generic kernels cannot stand in for (channels-last data): its absence is an error.
+  std::shared_ptr<const ConvPlan> required(std::shared_ptr<const ConvPlan> plan, const char* why) const {
+    if (plan || !(src_cl_ || dst_cl_ || residual_cl_)) return plan;
+    throw InvalidArgument("[cpu] convolution '" + name_ + "': " + why);
+  }
+
+  std::string name_;
   ConvolutionParams p_;
   bool weights_constant_;
   bool has_bias_;
   std::vector<PostOp> ops_;
+  bool src_cl_, dst_cl_, residual_cl_ = false;
   PlanCache<ConvPlan> cache_;
 };
 
@@ -523,10 +562,33 @@ bool applicable(const graph::Graph& g, const graph::Node& n) {
   return false;
 }
 
+bool output_channels_last(const graph::Graph& g, const graph::Node& n) {
+  if (!std::holds_alternative<ConvolutionParams>(n.params) || !applicable(g, n)) return false;
+  if (fusable_prefix(g, n, true).size() != n.epilogue.size()) return false;  // generic passes would read it
+  const auto& out = g.values[static_cast<std::size_t>(n.output)];
+  if (out.is_output || out.desc.dims.rank() < 4) return false;
+  bool read = false;
+  for (const auto& c : g.nodes) {
+    auto all = c.all_inputs();
+    if (std::find(all.begin(), all.end(), n.output) == all.end()) continue;
+    if (!std::holds_alternative<ConvolutionParams>(c.params) || !applicable(g, c)) return false;
+    if (c.inputs[1] == n.output || (c.inputs.size() > 2 && c.inputs[2] == n.output)) return false;
+    // Every epilogue use must be the fused residual (a sum post-op) of the same dims.
+    auto ops = fusable_prefix(g, c, true);
+    for (std::size_t i = 0; i < c.epilogue.size(); ++i) {
+      if (c.epilogue[i].operand != n.output) continue;
+      const bool fused_sum = i < ops.size() && ops[i].kind == PostOp::kSum;
+      if (!fused_sum || !(out.desc.dims == c.main_desc.dims)) return false;
+    }
+    read = true;
+  }
+  return read;
+}
+
 std::unique_ptr<Accelerated> make(const graph::Graph& g, const graph::Node& n) {
   if (n.tactic == kMatmulTactic && std::holds_alternative<MatrixMultiplyParams>(n.params))
     return std::make_unique<Matmul>(g, n);
-  if (n.tactic == kConvTactic && std::holds_alternative<ConvolutionParams>(n.params))
+  if ((n.tactic == kConvTactic || n.tactic == kConvTacticChannelsLast) && std::holds_alternative<ConvolutionParams>(n.params))
     return std::make_unique<Convolution>(g, n);
   return nullptr;
 }

@@ -35,7 +35,13 @@ class Accelerated {
 // The tactic names, and whether a node can use one.
 inline constexpr const char* kMatmulTactic = "cpu.gemm.onednn";
 inline constexpr const char* kConvTactic = "cpu.conv.onednn";
+// A oneDNN convolution that writes its output channels-last (NHWC / NDHWC, the same bytes as
+// the plain layout, permuted): chosen when every reader of that output is a oneDNN
+// convolution (as its data input or as its fused residual), so that no reorder runs between
+// them. Readers learn the layout from this tactic of the value's producer.
+inline constexpr const char* kConvTacticChannelsLast = "cpu.conv.onednn.nhwc";
 bool applicable(const graph::Graph& g, const graph::Node& n);
+bool output_channels_last(const graph::Graph& g, const graph::Node& n);
 
 // Null when the node's tactic is not a oneDNN tactic.
 std::unique_ptr<Accelerated> make(const graph::Graph& g, const graph::Node& n);
