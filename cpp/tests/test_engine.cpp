@@ -106,6 +106,33 @@ TEST(Engine, ExecutionChecksShapesAndBindings) {
   EXPECT_THROW(exec.run({{"features", {DataType::kINT32, {8, 32}, wrong.data()}}}), InvalidArgument);
 }
 
+// run() binds its arrays for the call only: the caller's set_tensor_address bindings are back
+// afterwards, so a later enqueue() writes where the caller said, never into a returned array.
+TEST(Engine, RunLeavesTheCallersBindingsAsTheyWere) {
+  Linear model;
+  Engine e = Engine::deserialize(build_serialized_engine(model, linear_declaration()));
+  auto exec = e.create_execution();
+  auto x = uniform(4 * 32, -1.f, 1.f, 7);
+  std::vector<float> mine(4 * 16, -7.f);
+  exec.set_input_shape("features", {4, 32});
+  exec.set_tensor_address("features", x.data());
+  exec.set_tensor_address("result", mine.data());
+  auto other = uniform(4 * 32, -1.f, 1.f, 8);
+  auto out = exec.run({{"features", {DataType::kFLOAT, {4, 32}, other.data()}}});
+  const float* returned = reinterpret_cast<const float*>(out.at("result").data.get());
+  std::vector<float> before(returned, returned + 4 * 16);
+  EXPECT_EQ(mine, std::vector<float>(4 * 16, -7.f));  // run() wrote its own array
+  exec.enqueue();                                      // the caller's bindings: x -> mine
+  EXPECT_EQ(std::vector<float>(returned, returned + 4 * 16), before);
+  auto ref = model.reference(x, 4);
+  for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(mine[i], ref[i], 2e-5f) << i;
+
+  // Without earlier bindings, enqueue() after run() asks for addresses again.
+  auto fresh = e.create_execution();
+  fresh.run({{"features", {DataType::kFLOAT, {4, 32}, other.data()}}});
+  EXPECT_THROW(fresh.enqueue(), InvalidArgument);
+}
+
 TEST(Engine, ConcurrentExecutionsShareOneEngine) {
   Linear model;
   Engine e = Engine::deserialize(build_serialized_engine(model, linear_declaration()));

@@ -239,6 +239,14 @@ void Execution::enqueue(void* stream) {
 
 std::map<std::string, HostTensor> Execution::run(const std::map<std::string, HostTensorView>& inputs) {
   const auto& p = state_->plan();
+  // run() binds the caller's arrays and its own outputs only for this call: afterwards the
+  // addresses set with set_tensor_address are back (a later enqueue() must not write into
+  // arrays this call returned, which the caller may have freed).
+  struct Restore {
+    std::vector<void*>& addresses;
+    std::vector<void*> saved;
+    ~Restore() { addresses = std::move(saved); }
+  } restore{state_->addresses, state_->addresses};
   for (const auto& [name, view] : inputs) {
     const auto& t = state_->engine.io_tensor(name);
     if (t.mode != TensorIOMode::kINPUT) throw InvalidArgument("[execution] '" + name + "' is an output, not an input");
