@@ -53,7 +53,7 @@ enum class LayerType : std::int32_t {
   kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9, kUNARY = 10, kREDUCE = 11,
   kSOFTMAX = 12, kCONCATENATION = 13, kSLICE = 14, kGATHER = 15, kSELECT = 16, kPADDING = 17,
   kCONVOLUTION = 18, kDECONVOLUTION = 19, kPOOLING = 20, kNORMALIZATION = 21, kRESIZE = 22,
-  kEINSUM = 23,
+  kEINSUM = 23, kTOPK = 24,
 };
 
 enum class UnaryOperation : std::int32_t {
@@ -64,6 +64,8 @@ enum class UnaryOperation : std::int32_t {
 };
 
 enum class ReduceOperation : std::int32_t { kSUM = 0, kPROD = 1, kMAX = 2, kMIN = 3, kAVG = 4 };
+
+enum class TopKOperation : std::int32_t { kMAX = 0, kMIN = 1 };
 
 enum class PoolingType : std::int32_t { kMAX = 0, kAVERAGE = 1, kMAX_AVERAGE_BLEND = 2 };
 
@@ -206,13 +208,25 @@ struct ResizeParams {
 struct EinsumParams {
   std::string equation;
 };
+// The k largest (MAX) or smallest (MIN) elements along the one axis set in `axes`, sorted
+// (largest or smallest first; equal values by ascending index; NaN counts as larger than every
+// number). Outputs: 0 the values (the input's type), 1 their indices along the axis (int32).
+// `output` is -1 in a network (both outputs); the builder runs one node per output it needs
+// (0: values, 1: indices).
+struct TopKParams {
+  TopKOperation op = TopKOperation::kMAX;
+  std::int32_t k = 1;
+  std::uint32_t axes = 0;
+  std::int32_t output = -1;
+};
 
 using LayerParams =
     std::variant<InputParams, ConstantParams, MatrixMultiplyParams, ElementWiseParams,
                  ActivationParams, CastParams, QuantizeParams, DequantizeParams, ShuffleParams,
                  IdentityParams, UnaryParams, ReduceParams, SoftmaxParams, ConcatenationParams,
                  SliceParams, GatherParams, SelectParams, PaddingParams, ConvolutionParams,
-                 DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams>;
+                 DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams,
+                 TopKParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -346,6 +360,7 @@ class ConcatenationLayer : public ParamLayer<ConcatenationParams> {};
 class SliceLayer : public ParamLayer<SliceParams> {};
 class GatherLayer : public ParamLayer<GatherParams> {};
 class SelectLayer : public ParamLayer<SelectParams> {};
+class TopKLayer : public ParamLayer<TopKParams> {};
 class PaddingLayer : public ParamLayer<PaddingParams> {};
 class ConvolutionLayer : public ParamLayer<ConvolutionParams> {};
 class DeconvolutionLayer : public ParamLayer<DeconvolutionParams> {};
@@ -387,6 +402,8 @@ class Network {
   GatherLayer* add_gather(Tensor* data, Tensor* indices, std::int32_t axis);
   GatherLayer* add_gather_v2(Tensor* data, Tensor* indices, GatherMode mode);
   SelectLayer* add_select(Tensor* condition, Tensor* then_input, Tensor* else_input);
+  // Two outputs: get_output(0) the values, get_output(1) the indices (int32).
+  TopKLayer* add_topk(Tensor* x, TopKOperation op, std::int32_t k, std::uint32_t axes);
   PaddingLayer* add_padding_nd(Tensor* x, const Dims& pre_padding, const Dims& post_padding);
   // Kernel and bias become constant inputs 1 and 2 (an empty bias: no input 2).
   ConvolutionLayer* add_convolution_nd(Tensor* x, std::int32_t num_output_maps, const Dims& kernel_size,

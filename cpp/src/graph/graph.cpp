@@ -50,14 +50,19 @@ Graph from_network(const Network& net) {
       g.values[static_cast<std::size_t>(id)].constant = std::get<ConstantParams>(l->params()).weights;
       continue;
     }
-    Node n;
-    n.name = l->name();
-    n.params = l->params();
-    for (int k = 0; k < l->num_inputs(); ++k) n.inputs.push_back(ids.at(l->get_input(k)));
-    n.main_desc = {l->get_output(0)->type(), l->get_output(0)->dims()};
-    n.output = add_value(l->get_output(0));
-    g.values[static_cast<std::size_t>(n.output)].producer = static_cast<int>(g.nodes.size());
-    g.nodes.push_back(std::move(n));
+    // Every node has one output: a layer with several (topk) becomes one node per output,
+    // its parameters saying which (dead code removes the ones nothing reads).
+    for (int out = 0; out < l->num_outputs(); ++out) {
+      Node n;
+      n.name = l->num_outputs() > 1 ? l->name() + "[" + std::to_string(out) + "]" : l->name();
+      n.params = l->params();
+      if (auto* topk = std::get_if<TopKParams>(&n.params)) topk->output = out;
+      for (int k = 0; k < l->num_inputs(); ++k) n.inputs.push_back(ids.at(l->get_input(k)));
+      n.main_desc = {l->get_output(out)->type(), l->get_output(out)->dims()};
+      n.output = add_value(l->get_output(out));
+      g.values[static_cast<std::size_t>(n.output)].producer = static_cast<int>(g.nodes.size());
+      g.nodes.push_back(std::move(n));
+    }
   }
   for (int i = 0; i < net.num_inputs(); ++i) g.inputs.push_back(ids.at(net.get_input(i)));
   for (int i = 0; i < net.num_outputs(); ++i) g.outputs.push_back(ids.at(net.get_output(i)));

@@ -15,7 +15,7 @@ constexpr std::string_view kLayerNames[] = {
     "input",   "constant", "matrix_multiply", "elementwise",   "activation",  "cast",   "quantize",
     "dequantize", "shuffle", "identity",      "unary",         "reduce",      "softmax", "concatenation",
     "slice",   "gather",   "select",          "padding",       "convolution", "deconvolution", "pooling",
-    "normalization", "resize", "einsum"};
+    "normalization", "resize", "einsum", "topk"};
 static_assert(std::size(kLayerNames) == std::variant_size_v<LayerParams>);
 }  // namespace
 
@@ -296,6 +296,15 @@ GatherLayer* Network::add_gather(Tensor* data, Tensor* indices, std::int32_t axi
 
 GatherLayer* Network::add_gather_v2(Tensor* data, Tensor* indices, GatherMode mode) {
   return add_layer<GatherLayer>(LayerType::kGATHER, GatherParams{0, mode, 0}, {data, indices});
+}
+
+TopKLayer* Network::add_topk(Tensor* x, TopKOperation op, std::int32_t k, std::uint32_t axes) {
+  auto* layer = add_layer<TopKLayer>(LayerType::kTOPK, TopKParams{op, k, axes, -1}, {x});
+  auto indices = std::unique_ptr<Tensor>(new Tensor(this, layer, layer->name() + "_output_1"));
+  layer->outputs_.push_back(indices.get());
+  tensors_.push_back(std::move(indices));
+  infer(*layer, layer->params_);  // the same inputs and parameters: only sets output 1
+  return layer;
 }
 
 SelectLayer* Network::add_select(Tensor* condition, Tensor* then_input, Tensor* else_input) {

@@ -60,6 +60,7 @@ TENSORACLE_INFER_MORE(PoolingParams)
 TENSORACLE_INFER_MORE(NormalizationParams)
 TENSORACLE_INFER_MORE(ResizeParams)
 TENSORACLE_INFER_MORE(EinsumParams)
+TENSORACLE_INFER_MORE(TopKParams)
 #undef TENSORACLE_INFER_MORE
 
 // The pre padding a window layer (convolution, pooling; deconvolution when `transposed`) applies

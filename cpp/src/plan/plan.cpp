@@ -35,6 +35,7 @@ constexpr std::array<std::string_view, 5> kReduce = {"SUM", "PROD", "MAX", "MIN"
 constexpr std::array<std::string_view, 3> kPool = {"MAX", "AVERAGE", "MAX_AVERAGE_BLEND"};
 constexpr std::array<std::string_view, 4> kPadMode = {"EXPLICIT_ROUND_DOWN", "EXPLICIT_ROUND_UP", "SAME_UPPER", "SAME_LOWER"};
 constexpr std::array<std::string_view, 3> kGather = {"DEFAULT", "ELEMENT", "ND"};
+constexpr std::array<std::string_view, 2> kTopK = {"MAX", "MIN"};
 constexpr std::array<std::string_view, 5> kSample = {"STRICT_BOUNDS", "WRAP", "CLAMP", "FILL", "REFLECT"};
 constexpr std::array<std::string_view, 3> kInterp = {"NEAREST", "LINEAR", "CUBIC"};
 constexpr std::array<std::string_view, 3> kCoord = {"ALIGN_CORNERS", "ASYMMETRIC", "HALF_PIXEL"};
@@ -124,6 +125,8 @@ json params_json(const LayerParams& params) {
                   {"nearest_rounding", enum_name(kRound, p.nearest_rounding)}, {"cubic_coeff", p.cubic_coeff}};
         else if constexpr (std::is_same_v<P, EinsumParams>)
           return {{"equation", p.equation}};
+        else if constexpr (std::is_same_v<P, TopKParams>)
+          return {{"op", enum_name(kTopK, p.op)}, {"k", p.k}, {"axes", p.axes}, {"output", p.output}};
         else if constexpr (std::is_same_v<P, ShuffleParams>)
           return {{"first_transpose", perm_json(p.first_transpose)},
                   {"reshape_dims", p.reshape_dims ? dims_json(*p.reshape_dims) : json(nullptr)},
@@ -165,6 +168,9 @@ LayerParams params_of(const std::string& layer, const json& j) {
     return GatherParams{j.at("axis").get<std::int32_t>(), enum_value<GatherMode>(kGather, j.at("mode")),
                         j.at("num_elementwise_dims").get<std::int32_t>()};
   if (layer == "select") return SelectParams{};
+  if (layer == "topk")
+    return TopKParams{enum_value<TopKOperation>(kTopK, j.at("op")), j.at("k").get<std::int32_t>(),
+                      j.at("axes").get<std::uint32_t>(), j.at("output").get<std::int32_t>()};
   if (layer == "padding") return PaddingParams{dims_of(j.at("pre_padding")), dims_of(j.at("post_padding"))};
   if (layer == "convolution" || layer == "deconvolution") {
     auto fill = [&](auto p) {

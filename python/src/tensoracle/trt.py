@@ -41,6 +41,7 @@ from tensoracle._native import (
     ISliceLayer,
     ISoftMaxLayer,
     ITensor,
+    ITopKLayer,
     IUnaryLayer,
     InterpolationMode,
     LayerType,
@@ -52,6 +53,7 @@ from tensoracle._native import (
     ResizeRoundMode,
     ResizeSelector,
     SampleMode,
+    TopKOperation,
     UnaryOperation,
 )
 

@@ -186,6 +186,8 @@ class CpuNodeKernel final : public NodeKernel {
             cpu::slice(p, ref(in[0]), node_.inputs.size() > 1 ? &fill : nullptr, ref(out));
           } else if constexpr (std::is_same_v<P, GatherParams>) {
             cpu::gather(p, ref(in[0]), ref(in[1]), ref(out));
+          } else if constexpr (std::is_same_v<P, TopKParams>) {
+            cpu::topk(p, ref(in[0]), ref(out));
           } else if constexpr (std::is_same_v<P, SelectParams>) {
             cpu::select(ref(in[0]), ref(in[1]), ref(in[2]), ref(out));
           } else if constexpr (std::is_same_v<P, PaddingParams>) {

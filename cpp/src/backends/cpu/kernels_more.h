@@ -39,6 +39,8 @@ void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef&
 void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, const TensorRef& out);
 // Negative indices count from the end; any index outside [-dim, dim) throws InvalidArgument.
 void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out);
+// One output of topk (p.output 0: values, 1: int32 indices); see TopKParams.
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out);
 void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out);
 void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out);
 void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out);
