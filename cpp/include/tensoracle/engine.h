@@ -75,6 +75,9 @@ struct HostTensorView {
 };
 
 class Execution;
+namespace runtime {
+struct EngineAccess;  // internal: how the engine cache opens files it has verified before
+}
 
 class Engine {
  public:
@@ -104,6 +107,7 @@ class Engine {
  private:
   explicit Engine(std::shared_ptr<const State> s) : state_(std::move(s)) {}
   friend class Execution;
+  friend struct runtime::EngineAccess;
   std::shared_ptr<const State> state_;
 };
 

@@ -34,6 +34,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, bool copy_on_write, st
     throw FormatError("[" + std::string(component) + "] " + path.string() + ": not a regular file");
   }
   size_ = static_cast<std::size_t>(st.st_size);
+  stat_ = FileStat::of(st);
   if (size_ > 0) {
     int prot = copy_on_write ? (PROT_READ | PROT_WRITE) : PROT_READ;
     void* p = ::mmap(nullptr, size_, prot, MAP_PRIVATE, fd, 0);

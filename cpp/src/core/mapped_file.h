@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/file_stat.h"
+
 namespace tensoracle::core {
 
 class MappedFile {
@@ -20,10 +22,13 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+  // What fstat said of the file that was mapped (not of whatever the path names later).
+  const FileStat& stat() const noexcept { return stat_; }
 
  private:
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  FileStat stat_;
 };
 
 // Throws IoError for a failed system call `what` on `path`, with errno's text.

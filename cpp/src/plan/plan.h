@@ -38,9 +38,12 @@ std::vector<std::byte> write_engine(const Plan& plan, int format_version = kEngi
 
 // Parses and verifies an engine held in `bytes` (which `owner` keeps alive; weights borrow
 // from it): digest, then format version. The caller checks the target with its backend.
-// `display_name` names the source in messages.
+// `display_name` names the source in messages. `verify_digest` = false skips the digest pass
+// (only for a file whose digest was checked before and which has not changed since: the
+// engine cache proves that with a stat record, see cache/open.cpp); everything else is
+// still checked.
 Plan read_engine(std::span<const std::byte> bytes, const std::string& display_name,
-                 std::shared_ptr<const void> owner);
+                 std::shared_ptr<const void> owner, bool verify_digest = true);
 
 nlohmann::json plan_to_json(const Plan& plan);  // the tensoracle.plan document
 

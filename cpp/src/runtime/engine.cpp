@@ -7,6 +7,7 @@
 #include "core/mapped_file.h"
 #include "plan/plan.h"
 #include "runtime/backend.h"
+#include "runtime/engine_access.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle {
@@ -41,9 +42,9 @@ struct Engine::State {
 namespace {
 
 std::shared_ptr<const Engine::State> open_state(std::span<const std::byte> bytes, const std::string& name,
-                                                std::shared_ptr<const void> owner) {
+                                                std::shared_ptr<const void> owner, bool verify_digest = true) {
   auto st = std::make_shared<Engine::State>();
-  st->plan = plan::read_engine(bytes, name, owner);
+  st->plan = plan::read_engine(bytes, name, owner, verify_digest);
   st->owner = std::move(owner);
   const auto& backend_name = st->plan.target.is_object() ? st->plan.target.value("backend", "") : "";
   if (backend_name != "cpu")
@@ -71,6 +72,13 @@ Engine Engine::deserialize(std::span<const std::byte> bytes) {
 }
 
 Engine Engine::load(const std::filesystem::path& path) {
+  return runtime::EngineAccess::load_file(path, nullptr).engine;
+}
+
+namespace runtime {
+
+LoadedEngine EngineAccess::load_file(const std::filesystem::path& path,
+                                     const std::function<bool(const core::FileStat&)>& skip_digest) {
   std::shared_ptr<core::MappedFile> map;
   try {
     map = std::make_shared<core::MappedFile>(path, false, "engine");
@@ -78,8 +86,13 @@ Engine Engine::load(const std::filesystem::path& path) {
     throw CorruptEngineError(std::string(e.what()) + "; expected an engine file");
   }
   auto bytes = map->bytes();
-  return Engine(open_state(bytes, path.string(), std::shared_ptr<const void>(map, bytes.data())));
+  const bool verify = !skip_digest || !skip_digest(map->stat());
+  core::FileStat stat = map->stat();
+  return {Engine(open_state(bytes, path.string(), std::shared_ptr<const void>(map, bytes.data()), verify)), stat,
+          verify};
 }
+
+}  // namespace runtime
 
 const std::vector<IOTensorInfo>& Engine::io_tensors() const noexcept { return state_->plan.io; }
 

@@ -1,0 +1,29 @@
+// Internal: opening an engine file with a say in whether its digest is checked. Only the
+// engine cache uses it, for files whose digest it checked before and whose stat record proves
+// them unchanged since (a 1 GiB engine then opens without reading its weights).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+
+#include "core/file_stat.h"
+#include "tensoracle/engine.h"
+
+namespace tensoracle::runtime {
+
+struct LoadedEngine {
+  Engine engine;
+  core::FileStat stat;   // of the file that was mapped
+  bool digest_checked;   // false when skip_digest said so
+};
+
+struct EngineAccess {
+  // Maps `path` like Engine::load. `skip_digest` (may be empty) is asked with fstat's record
+  // of the mapped file — not of whatever the path names later — and returns true to skip the
+  // digest pass; the format version, target and plan are checked either way. Throws as
+  // Engine::load.
+  static LoadedEngine load_file(const std::filesystem::path& path,
+                                const std::function<bool(const core::FileStat&)>& skip_digest);
+};
+
+}  // namespace tensoracle::runtime
