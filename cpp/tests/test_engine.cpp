@@ -253,3 +253,45 @@ TEST(Engine, OtherVersionsAndTargetsAreIncompatible) {
   arm.target["arch"] = "riscv128";
   EXPECT_THROW(Engine::deserialize(plan::write_engine(arm)), IncompatibleEngineError);
 }
+
+// A reshape whose dims come from the network's own shape tensors: shape(x)[0:2] ++ [12, 32],
+// as transformer code splits heads. Shape inference evaluates the shape tensors on the host,
+// at build time (the profile's corners) and at every new input shape.
+TEST(Engine, ReshapeByShapeTensorsFollowsTheInputShape) {
+  std::vector<std::int64_t> first_two{0, 1}, heads{12, 32};
+  auto graph = [&](Network& net) {
+    auto* x = net.add_input("x", DataType::kFLOAT, {-1, -1, 384});
+    auto* s = net.add_shape(x)->get_output(0);
+    EXPECT_EQ(s->type(), DataType::kINT64);
+    EXPECT_EQ(s->dims(), (Dims{3}));
+    auto* idx = net.add_constant({2}, Weights(DataType::kINT64, first_two.data(), 2, nullptr))->get_output(0);
+    auto* h = net.add_constant({2}, Weights(DataType::kINT64, heads.data(), 2, nullptr))->get_output(0);
+    auto* bs = net.add_gather(s, idx, 0)->get_output(0);
+    auto* dims = net.add_concatenation({bs, h})->get_output(0);
+    auto* r = net.add_shuffle(x);
+    net.set_layer_input(r, 1, dims);
+    EXPECT_EQ(r->get_output(0)->dims(), (Dims{-1, -1, -1, -1}));  // known at run time
+    auto* y = net.add_activation(r->get_output(0), ActivationType::kRELU)->get_output(0);
+    y->set_name("y");
+    net.mark_output(y);
+  };
+  EngineBuild d;
+  d.inputs["x"] = InputShape::ranged({1, 1, 384}, {2, 8, 384}, {4, 16, 384});
+  d.settings.device = "cpu";
+  Engine e = Engine::deserialize(build_serialized_engine(graph, d));
+  EXPECT_EQ(e.io_tensor("y").max, (Dims{4, 16, 12, 32}));
+  auto exec = e.create_execution();
+  for (auto [b, s] : {std::pair{2, 8}, std::pair{4, 16}, std::pair{1, 3}}) {
+    auto x = uniform(static_cast<std::size_t>(b * s * 384), -1.f, 1.f, static_cast<unsigned>(b * 100 + s));
+    auto out = exec.run({{"x", {DataType::kFLOAT, {b, s, 384}, x.data()}}});
+    const auto& y = out.at("y");
+    ASSERT_EQ(y.dims, (Dims{b, s, 12, 32}));
+    const float* got = reinterpret_cast<const float*>(y.data.get());
+    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], std::max(x[i], 0.f)) << i;
+  }
+  // A shape tensor of the wrong kind is refused when it is set.
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {2, 6});
+  auto* r = net.add_shuffle(x);
+  EXPECT_THROW(net.set_layer_input(r, 1, x), InvalidArgument);
+}

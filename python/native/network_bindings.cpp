@@ -133,7 +133,7 @@ void bind_network(nb::module_& m) {
       .value("GATHER", LayerType::kGATHER).value("SELECT", LayerType::kSELECT).value("PADDING", LayerType::kPADDING)
       .value("CONVOLUTION", LayerType::kCONVOLUTION).value("DECONVOLUTION", LayerType::kDECONVOLUTION)
       .value("POOLING", LayerType::kPOOLING).value("NORMALIZATION", LayerType::kNORMALIZATION)
-      .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM).value("TOPK", LayerType::kTOPK);
+      .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM).value("TOPK", LayerType::kTOPK).value("SHAPE", LayerType::kSHAPE);
 
   nb::class_<Tensor>(m, "ITensor", "A tensor of a Network (owned by it)")
       .def_prop_rw("name", &Tensor::name, &Tensor::set_name)
@@ -209,6 +209,7 @@ void bind_network(nb::module_& m) {
   prop(gather, "mode", &GatherParams::mode);
   prop(gather, "num_elementwise_dims", &GatherParams::num_elementwise_dims);
   nb::class_<SelectLayer, Layer>(m, "ISelectLayer");
+  nb::class_<ShapeLayer, Layer>(m, "IShapeLayer");
   auto topk = nb::class_<TopKLayer, Layer>(m, "ITopKLayer");
   prop(topk, "op", &TopKParams::op);
   prop(topk, "k", &TopKParams::k);
@@ -304,6 +305,7 @@ void bind_network(nb::module_& m) {
       .def("add_slice", &Network::add_slice, nb::arg("input"), nb::arg("start"), nb::arg("shape"), nb::arg("stride"), kRef)
       .def("add_gather", &Network::add_gather, nb::arg("input"), nb::arg("indices"), nb::arg("axis"), kRef)
       .def("add_gather_v2", &Network::add_gather_v2, nb::arg("input"), nb::arg("indices"), nb::arg("mode"), kRef)
+      .def("add_shape", &Network::add_shape, nb::arg("input"), kRef)
       .def("add_topk", &Network::add_topk, nb::arg("input"), nb::arg("op"), nb::arg("k"), nb::arg("axes"), kRef)
       .def("add_select", &Network::add_select, nb::arg("condition"), nb::arg("then_input"), nb::arg("else_input"), kRef)
       .def("add_padding_nd", &Network::add_padding_nd, nb::arg("input"), nb::arg("pre_padding"), nb::arg("post_padding"), kRef)

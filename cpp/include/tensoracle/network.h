@@ -53,7 +53,7 @@ enum class LayerType : std::int32_t {
   kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9, kUNARY = 10, kREDUCE = 11,
   kSOFTMAX = 12, kCONCATENATION = 13, kSLICE = 14, kGATHER = 15, kSELECT = 16, kPADDING = 17,
   kCONVOLUTION = 18, kDECONVOLUTION = 19, kPOOLING = 20, kNORMALIZATION = 21, kRESIZE = 22,
-  kEINSUM = 23, kTOPK = 24,
+  kEINSUM = 23, kTOPK = 24, kSHAPE = 25,
 };
 
 enum class UnaryOperation : std::int32_t {
@@ -213,6 +213,9 @@ struct EinsumParams {
 // number). Outputs: 0 the values (the input's type), 1 their indices along the axis (int32).
 // `output` is -1 in a network (both outputs); the builder runs one node per output it needs
 // (0: values, 1: indices).
+// The dims of input 0 as a 1-D int64 tensor (a shape tensor: computed on the host during shape
+// inference too, so that a shuffle's reshape dims may come from it; see ShuffleLayer).
+struct ShapeParams {};
 struct TopKParams {
   TopKOperation op = TopKOperation::kMAX;
   std::int32_t k = 1;
@@ -226,7 +229,7 @@ using LayerParams =
                  IdentityParams, UnaryParams, ReduceParams, SoftmaxParams, ConcatenationParams,
                  SliceParams, GatherParams, SelectParams, PaddingParams, ConvolutionParams,
                  DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams,
-                 TopKParams>;
+                 TopKParams, ShapeParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -361,6 +364,7 @@ class SliceLayer : public ParamLayer<SliceParams> {};
 class GatherLayer : public ParamLayer<GatherParams> {};
 class SelectLayer : public ParamLayer<SelectParams> {};
 class TopKLayer : public ParamLayer<TopKParams> {};
+class ShapeLayer : public ParamLayer<ShapeParams> {};
 class PaddingLayer : public ParamLayer<PaddingParams> {};
 class ConvolutionLayer : public ParamLayer<ConvolutionParams> {};
 class DeconvolutionLayer : public ParamLayer<DeconvolutionParams> {};
@@ -404,6 +408,7 @@ class Network {
   SelectLayer* add_select(Tensor* condition, Tensor* then_input, Tensor* else_input);
   // Two outputs: get_output(0) the values, get_output(1) the indices (int32).
   TopKLayer* add_topk(Tensor* x, TopKOperation op, std::int32_t k, std::uint32_t axes);
+  ShapeLayer* add_shape(Tensor* x);
   PaddingLayer* add_padding_nd(Tensor* x, const Dims& pre_padding, const Dims& post_padding);
   // Kernel and bias become constant inputs 1 and 2 (an empty bias: no input 2).
   ConvolutionLayer* add_convolution_nd(Tensor* x, std::int32_t num_output_maps, const Dims& kernel_size,

@@ -122,7 +122,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   auto corner = [&](Dims InputShape::*which) {
     std::vector<Dims> dims;
     for (const auto& s : profile) dims.push_back(s.*which);
-    return graph::infer_shapes(g, dims);
+    return graph::infer_shapes(g, dims, runtime::evaluate_shape_node);
   };
   auto at_min = corner(&InputShape::min), at_opt = corner(&InputShape::opt), at_max = corner(&InputShape::max);
 

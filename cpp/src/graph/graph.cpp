@@ -71,17 +71,27 @@ Graph from_network(const Network& net) {
 
 namespace {
 
-std::vector<InputFacts> facts_of(const Graph& g, const std::vector<int>& ids) {
-  std::vector<InputFacts> f;
-  for (int v : ids) f.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value()});
+InputFacts facts_of(const Graph& g, int v, const ShapeValues* values) {
+  const auto& val = g.values[static_cast<std::size_t>(v)];
+  InputFacts f{val.constant.has_value(), std::nullopt};
+  if (values) f.values = (*values)[static_cast<std::size_t>(v)];
+  else if (val.constant) f.values = shape_values_of(*val.constant);
   return f;
 }
 
-// Runs inference for node `n` given the descriptions in `desc`; returns the final output.
-TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDesc>& desc) {
+std::vector<InputFacts> facts_of(const Graph& g, const std::vector<int>& ids, const ShapeValues* values) {
+  std::vector<InputFacts> f;
+  for (int v : ids) f.push_back(facts_of(g, v, values));
+  return f;
+}
+
+// Runs inference for node `n` given the descriptions in `desc` (and the shape tensors' values
+// when known); returns the final output.
+TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDesc>& desc,
+                      const ShapeValues* values = nullptr) {
   std::vector<TensorDesc> in;
   for (int v : n.inputs) in.push_back(desc[static_cast<std::size_t>(v)]);
-  auto fin = facts_of(g, n.inputs);
+  auto fin = facts_of(g, n.inputs, values);
   TensorDesc cur;
   try {
     cur = infer(n.params, in, fin)[0];
@@ -90,10 +100,10 @@ TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDes
   }
   for (const auto& op : n.epilogue) {
     std::vector<TensorDesc> ein{cur};
-    std::vector<InputFacts> efacts{{false}};
+    std::vector<InputFacts> efacts{InputFacts{}};
     if (op.operand >= 0) {
       ein.push_back(desc[static_cast<std::size_t>(op.operand)]);
-      efacts.push_back({g.values[static_cast<std::size_t>(op.operand)].constant.has_value()});
+      efacts.push_back(facts_of(g, op.operand, values));
       if (op.operand_first) {
         std::swap(ein[0], ein[1]);
         std::swap(efacts[0], efacts[1]);
@@ -110,11 +120,32 @@ TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDes
 
 }  // namespace
 
-std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims) {
+std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims, const ShapeEvaluator& evaluate) {
   std::vector<TensorDesc> desc(g.values.size());
-  for (std::size_t i = 0; i < g.values.size(); ++i) desc[i] = g.values[i].desc;
+  ShapeValues values(g.values.size());
+  for (std::size_t i = 0; i < g.values.size(); ++i) {
+    desc[i] = g.values[i].desc;
+    if (g.values[i].constant) values[i] = shape_values_of(*g.values[i].constant);
+  }
   for (std::size_t i = 0; i < g.inputs.size(); ++i) desc[static_cast<std::size_t>(g.inputs[i])].dims = input_dims[i];
-  for (const Node& n : g.nodes) desc[static_cast<std::size_t>(n.output)] = infer_node(g, n, desc);
+  for (const Node& n : g.nodes) {
+    const auto out = static_cast<std::size_t>(n.output);
+    desc[out] = infer_node(g, n, desc, &values);
+    const TensorDesc& d = desc[out];
+    if (!is_shape_tensor_type(d.type) || !d.dims.all_known() || d.dims.volume() > kMaxShapeTensorElements) continue;
+    if (std::holds_alternative<ShapeParams>(n.params) && n.epilogue.empty()) {
+      const Dims& x = desc[static_cast<std::size_t>(n.inputs[0])].dims;
+      if (x.all_known()) values[out] = x.vec();
+      continue;
+    }
+    if (!evaluate) continue;
+    bool known = true;
+    for (int v : n.all_inputs()) known = known && values[static_cast<std::size_t>(v)].has_value();
+    if (!known) continue;
+    std::vector<TensorDesc> in;
+    for (int v : n.all_inputs()) in.push_back(desc[static_cast<std::size_t>(v)]);
+    values[out] = evaluate(g, n, in, values, d);
+  }
   return desc;
 }
 

@@ -5,7 +5,10 @@
 // its output; only the last one's value is materialised.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,8 +69,18 @@ void verify(const Graph& g, const std::string& after_pass);
 // renumbering ids.
 void compact(Graph& g, const std::vector<bool>& dead_nodes);
 
+// Shape tensors during shape inference: the values of small int32/int64 tensors known on the
+// host (constants, add_shape outputs, and nodes whose every input is known). Nodes other than
+// add_shape are evaluated by `evaluate` (the runtime runs them with the CPU backend's kernels):
+// it gets the node, its inputs' descriptions and values, and its output's description.
+using ShapeValues = std::vector<std::optional<std::vector<std::int64_t>>>;
+using ShapeEvaluator = std::function<std::vector<std::int64_t>(
+    const Graph& g, const Node& n, std::span<const TensorDesc> inputs, const ShapeValues& values, const TensorDesc& out)>;
+
 // Output descriptions of every value for concrete input dims (name -> dims), with the same
 // inference as the network. Throws InvalidArgument naming the layer when shapes conflict.
-std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims);
+// Without an evaluator, only constants and add_shape outputs have known values.
+std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims,
+                                     const ShapeEvaluator& evaluate = {});
 
 }  // namespace tensoracle::graph

@@ -15,7 +15,7 @@ constexpr std::string_view kLayerNames[] = {
     "input",   "constant", "matrix_multiply", "elementwise",   "activation",  "cast",   "quantize",
     "dequantize", "shuffle", "identity",      "unary",         "reduce",      "softmax", "concatenation",
     "slice",   "gather",   "select",          "padding",       "convolution", "deconvolution", "pooling",
-    "normalization", "resize", "einsum", "topk"};
+    "normalization", "resize", "einsum", "topk", "shape"};
 static_assert(std::size(kLayerNames) == std::variant_size_v<LayerParams>);
 }  // namespace
 
@@ -170,7 +170,9 @@ void Network::infer(Layer& layer, const LayerParams& params, bool full) const {
   std::vector<graph::InputFacts> facts;
   for (Tensor* t : layer.inputs_) {
     in.push_back({t->type(), t->dims()});
-    facts.push_back({t->producer() != nullptr && t->producer()->type() == LayerType::kCONSTANT});
+    const bool constant = t->producer() != nullptr && t->producer()->type() == LayerType::kCONSTANT;
+    facts.push_back({constant, constant ? graph::shape_values_of(std::get<ConstantParams>(t->producer()->params()).weights)
+                                        : std::nullopt});
   }
   std::vector<graph::TensorDesc> out;
   try {
@@ -306,6 +308,8 @@ TopKLayer* Network::add_topk(Tensor* x, TopKOperation op, std::int32_t k, std::u
   infer(*layer, layer->params_);  // the same inputs and parameters: only sets output 1
   return layer;
 }
+
+ShapeLayer* Network::add_shape(Tensor* x) { return add_layer<ShapeLayer>(LayerType::kSHAPE, ShapeParams{}, {x}); }
 
 SelectLayer* Network::add_select(Tensor* condition, Tensor* then_input, Tensor* else_input) {
   return add_layer<SelectLayer>(LayerType::kSELECT, SelectParams{}, {condition, then_input, else_input});

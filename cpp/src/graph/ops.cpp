@@ -189,6 +189,17 @@ Dims broadcast_dims(const Dims& a, const Dims& b) {
   return out;
 }
 
+bool is_shape_tensor_type(DataType t) noexcept { return t == DataType::kINT32 || t == DataType::kINT64; }
+
+std::optional<std::vector<std::int64_t>> shape_values_of(const Weights& w) {
+  if (!is_shape_tensor_type(w.type()) || w.count() > kMaxShapeTensorElements || w.values() == nullptr) return std::nullopt;
+  std::vector<std::int64_t> v(static_cast<std::size_t>(w.count()));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = w.type() == DataType::kINT32 ? static_cast<const std::int32_t*>(w.values())[i]
+                                        : static_cast<const std::int64_t*>(w.values())[i];
+  return v;
+}
+
 Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder, bool full) {
   if (!full) {
     // Always wrong, whatever the other properties: more than one -1, dims below -1.
@@ -288,7 +299,23 @@ std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorD
           int rank = in[0].dims.rank();
           check_perm(p.first_transpose, rank, "first_transpose");
           Dims d = permute(in[0].dims, p.first_transpose);
-          if (p.reshape_dims) d = reshape_dims(d, *p.reshape_dims, p.zero_is_placeholder, full);
+          if (in.size() > 1) {
+            // Input 1 (a shape tensor) gives the reshape dims at run time; they override
+            // reshape_dims. Its length is the output's rank; its values, when shape inference
+            // knows them, the dims.
+            const TensorDesc& s = in[1];
+            if (!is_shape_tensor_type(s.type) || s.dims.rank() != 1 || s.dims[0] < 0 || s.dims[0] > Dims::kMaxRank)
+              invalid("input 1 (the reshape dims) is " + tname(s.type) + s.dims.str() +
+                      "; it must be a 1-D int32 or int64 shape tensor of known length <= 8");
+            if (facts.size() > 1 && facts[1].values) {
+              d = reshape_dims(d, Dims(std::span<const std::int64_t>(*facts[1].values)), p.zero_is_placeholder, full);
+            } else {
+              std::vector<std::int64_t> unknown(static_cast<std::size_t>(s.dims[0]), -1);
+              d = Dims(std::span<const std::int64_t>(unknown));
+            }
+          } else if (p.reshape_dims) {
+            d = reshape_dims(d, *p.reshape_dims, p.zero_is_placeholder, full);
+          }
           check_perm(p.second_transpose, d.rank(), "second_transpose");
           return {{in[0].type, permute(d, p.second_transpose)}};
         } else if constexpr (std::is_same_v<P, IdentityParams>) {

@@ -2,6 +2,8 @@
 // (dims may be -1), the builder (profile bounds) and the runtime (concrete shapes).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,10 +18,19 @@ struct TensorDesc {
   bool operator==(const TensorDesc&) const = default;
 };
 
-// What inference may know about a constant input beyond its type and dims.
+// What inference may know about an input beyond its type and dims: whether it is a constant,
+// and the values of a shape tensor (a small int32/int64 tensor known on the host: constants,
+// add_shape outputs and what is computed from them) when they are known.
 struct InputFacts {
   bool is_constant = false;
+  std::optional<std::vector<std::int64_t>> values;
 };
+
+// Shape tensors hold at most this many elements.
+inline constexpr std::int64_t kMaxShapeTensorElements = 64;
+bool is_shape_tensor_type(DataType t) noexcept;
+// The values of int32/int64 weights of at most kMaxShapeTensorElements elements; else nullopt.
+std::optional<std::vector<std::int64_t>> shape_values_of(const Weights& w);
 
 // Output descriptions of a layer with `params` applied to `inputs`. Throws InvalidArgument with
 // a message that names the input or parameter but not the layer (the caller prefixes it).
@@ -61,6 +72,7 @@ TENSORACLE_INFER_MORE(NormalizationParams)
 TENSORACLE_INFER_MORE(ResizeParams)
 TENSORACLE_INFER_MORE(EinsumParams)
 TENSORACLE_INFER_MORE(TopKParams)
+TENSORACLE_INFER_MORE(ShapeParams)
 #undef TENSORACLE_INFER_MORE
 
 // The pre padding a window layer (convolution, pooling; deconvolution when `transposed`) applies

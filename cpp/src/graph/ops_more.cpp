@@ -314,6 +314,10 @@ std::vector<TensorDesc> infer_more(const TopKParams& p, std::span<const TensorDe
   return {values, indices};
 }
 
+std::vector<TensorDesc> infer_more(const ShapeParams&, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
+  return {{DataType::kINT64, Dims{in[0].dims.rank()}}};
+}
+
 std::vector<TensorDesc> infer_more(const SelectParams&, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
   if (in[0].type != DataType::kBOOL) invalid("input 0 (condition) has type " + tname(in[0].type) + "; it must be bool");
   if (in[1].type != in[2].type)

@@ -168,6 +168,7 @@ LayerParams params_of(const std::string& layer, const json& j) {
     return GatherParams{j.at("axis").get<std::int32_t>(), enum_value<GatherMode>(kGather, j.at("mode")),
                         j.at("num_elementwise_dims").get<std::int32_t>()};
   if (layer == "select") return SelectParams{};
+  if (layer == "shape") return ShapeParams{};
   if (layer == "topk")
     return TopKParams{enum_value<TopKOperation>(kTopK, j.at("op")), j.at("k").get<std::int32_t>(),
                       j.at("axes").get<std::uint32_t>(), j.at("output").get<std::int32_t>()};

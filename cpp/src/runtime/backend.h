@@ -57,4 +57,10 @@ const Backend& backend_for(const std::string& device);
 // Evaluates node `n` of `g` on the CPU with constant inputs only; the result as owned weights.
 Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n);
 
+// The shape-tensor evaluator of graph::infer_shapes: runs node `n` on the CPU from the values
+// of its inputs (all shape tensors).
+std::vector<std::int64_t> evaluate_shape_node(const graph::Graph& g, const graph::Node& n,
+                                              std::span<const graph::TensorDesc> inputs, const graph::ShapeValues& values,
+                                              const graph::TensorDesc& out);
+
 }  // namespace tensoracle::runtime

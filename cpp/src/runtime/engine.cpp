@@ -159,7 +159,7 @@ struct Execution::State {
       if (!input_set[i])
         throw InvalidArgument("[execution] input '" + p.io[i].name + "' " + p.io[i].dims.str() +
                               " has dynamic dimensions: call set_input_shape first");
-    shapes = graph::infer_shapes(p.graph, input_dims);
+    shapes = graph::infer_shapes(p.graph, input_dims, runtime::evaluate_shape_node);
     for (std::size_t v = 0; v < shapes.size(); ++v)
       if (p.memory.offsets[v] >= 0 && bytes_of(shapes[v].type, shapes[v].dims) > p.max_bytes[v])
         throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' would need " +

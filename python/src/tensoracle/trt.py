@@ -37,6 +37,7 @@ from tensoracle._native import (
     IReduceLayer,
     IResizeLayer,
     ISelectLayer,
+    IShapeLayer,
     IShuffleLayer,
     ISliceLayer,
     ISoftMaxLayer,

@@ -33,7 +33,7 @@ int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 class CpuNodeKernel final : public NodeKernel {
  public:
   CpuNodeKernel(const graph::Graph& g, const graph::Node& n) : node_(n), accel_(cpu::onednn::make(g, n)) {
-    for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value()});
+    for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
   }
 
   // Dims of the main op's result and of each epilogue value, for the given inputs.
@@ -45,7 +45,7 @@ class CpuNodeKernel final : public NodeKernel {
     std::size_t k = node_.inputs.size();
     for (const auto& op : node_.epilogue) {
       std::vector<graph::TensorDesc> ein{descs.back()};
-      std::vector<graph::InputFacts> ef{{false}};
+      std::vector<graph::InputFacts> ef{graph::InputFacts{}};
       if (op.operand >= 0) {
         ein.push_back({in[k].type, in[k].dims});
         ef.push_back(facts_[k]);
@@ -158,7 +158,16 @@ class CpuNodeKernel final : public NodeKernel {
           } else if constexpr (std::is_same_v<P, DequantizeParams>) {
             cpu::dequantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out));
           } else if constexpr (std::is_same_v<P, ShuffleParams>) {
-            cpu::shuffle(p, ref(in[0]), ref(out));
+            if (node_.inputs.size() > 1) {  // reshape dims from a shape tensor: the output's dims say them
+              ShuffleParams q = p;
+              q.reshape_dims = out.dims;
+              cpu::shuffle(q, ref(in[0]), ref(out));
+            } else {
+              cpu::shuffle(p, ref(in[0]), ref(out));
+            }
+          } else if constexpr (std::is_same_v<P, ShapeParams>) {
+            auto* y = static_cast<std::int64_t*>(out.data);
+            for (int i = 0; i < in[0].dims.rank(); ++i) y[i] = in[0].dims[i];
           } else if constexpr (std::is_same_v<P, IdentityParams>) {
             cpu::copy(ref(in[0]), ref(out));
           } else if constexpr (std::is_same_v<P, UnaryParams>) {
@@ -268,7 +277,9 @@ class CpuBackend final : public Backend {
 
   std::string unsupported_reason(const graph::Graph&, const graph::Node&) const override { return ""; }
 
-  bool can_fuse(const graph::Graph&, const graph::Node&, const graph::EpilogueOp& op) const override {
+  bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {
+    // A shuffle reshaped by a shape tensor knows its dims only at run time: no epilogue.
+    if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
     return std::holds_alternative<ActivationParams>(op.params) || std::holds_alternative<CastParams>(op.params) ||
            std::holds_alternative<ElementWiseParams>(op.params);
   }
@@ -318,6 +329,42 @@ const Backend& backend_for(const std::string& device) {
     throw BuildError("[build] device '" + device + "': this build of tensoracle has no CUDA backend yet; use 'cpu'");
   }
   throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda:N' or 'auto'");
+}
+
+std::vector<std::int64_t> evaluate_shape_node(const graph::Graph& g, const graph::Node& n,
+                                              std::span<const graph::TensorDesc> inputs, const graph::ShapeValues& values,
+                                              const graph::TensorDesc& out_desc) {
+  auto all = n.all_inputs();
+  std::vector<std::vector<std::int64_t>> storage(all.size());  // int64 slots hold int32 values too
+  std::vector<Buffer> in;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& v = *values[static_cast<std::size_t>(all[i])];
+    storage[i].resize(std::max<std::size_t>(v.size(), 1));
+    if (inputs[i].type == DataType::kINT32) {
+      auto* p = reinterpret_cast<std::int32_t*>(storage[i].data());
+      for (std::size_t k = 0; k < v.size(); ++k) p[k] = static_cast<std::int32_t>(v[k]);
+    } else {
+      std::copy(v.begin(), v.end(), storage[i].begin());
+    }
+    in.push_back({storage[i].data(), inputs[i].type, inputs[i].dims});
+  }
+  const auto count = static_cast<std::size_t>(out_desc.dims.volume());
+  std::vector<std::int64_t> result(std::max<std::size_t>(count, 1));
+  Buffer out{result.data(), out_desc.type, out_desc.dims};
+  auto kernel = cpu_backend().instantiate(g, n);
+  std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
+  void* wsp = ws.data();
+  std::size_t space = ws.size();
+  std::align(kAlign, 1, wsp, space);
+  kernel->run(in, out, wsp);
+  if (out_desc.type == DataType::kINT32) {
+    std::vector<std::int64_t> wide(count);
+    const auto* p = reinterpret_cast<const std::int32_t*>(result.data());
+    for (std::size_t k = 0; k < count; ++k) wide[k] = p[k];
+    return wide;
+  }
+  result.resize(count);
+  return result;
 }
 
 Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n) {

@@ -165,7 +165,7 @@ template <class P>
 void check_inference(const P& p, const char* kernel, std::vector<graph::TensorDesc> in, const TensorRef& out) {
   std::vector<graph::TensorDesc> res;
   try {
-    std::vector<graph::InputFacts> facts(in.size(), graph::InputFacts{true});
+    std::vector<graph::InputFacts> facts(in.size(), graph::InputFacts{true, std::nullopt});
     res = graph::infer(LayerParams{p}, in, facts);
   } catch (const InvalidArgument& e) {
     fail(std::string(kernel) + ": " + e.what());
