@@ -1,0 +1,109 @@
+"""add_shape and reshapes whose dims come from shape tensors (TensorRT's `shuffle.set_input(1,
+dims)`), end to end: shape inference evaluates the small integer tensors on the host at the
+profile's corners and at each execution's input shapes; kernels see concrete dims."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensoracle
+import tensoracle.trt as trt
+from layer_cases import build, constant
+
+PROFILE = {"x": tensoracle.InputShape.ranged((1, 1, 384), (2, 8, 384), (4, 16, 384))}
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
+def device(request) -> str:
+    return request.param
+
+
+def rng(seed):
+    return np.random.default_rng(seed)
+
+
+def split_heads(net, x):
+    """[B, S, 384] -> [B, S, 12, 32] with B and S read from shape(x)."""
+    s = net.add_shape(x).get_output(0)
+    bs = net.add_gather(s, constant(net, np.array([0, 1], np.int64)), 0).get_output(0)
+    dims = net.add_concatenation([bs, constant(net, np.array([12, 32], np.int64))]).get_output(0)
+    layer = net.add_shuffle(x)
+    layer.set_input(1, dims)
+    layer.second_transpose = (0, 2, 1, 3)
+    return layer.get_output(0)
+
+
+def test_split_heads_follows_every_input_shape(device):
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, -1, 384))
+        y = split_heads(net, x)
+        assert tuple(y.shape) == (-1, -1, -1, -1)
+        y.name = "y"
+        net.mark_output(y)
+
+    engine = build(graph, PROFILE, device)
+    ex = engine.create_execution()
+    for b, s in ((2, 8), (4, 16), (1, 1), (3, 5)):
+        x = rng(b * 31 + s).standard_normal((b, s, 384)).astype(np.float32)
+        y = ex.run({"x": x})["y"]
+        assert np.array_equal(y, x.reshape(b, s, 12, 32).transpose(0, 2, 1, 3))
+
+
+def test_shape_arithmetic_merges_dims(device):
+    """[B, S, 384] -> [B * S, 384]: the product of two gathered dims, then concatenated."""
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, -1, 384))
+        s = net.add_shape(x).get_output(0)
+        b = net.add_gather(s, constant(net, np.array([0], np.int64)), 0).get_output(0)
+        t = net.add_gather(s, constant(net, np.array([1], np.int64)), 0).get_output(0)
+        rows = net.add_elementwise(b, t, trt.ElementWiseOperation.PROD).get_output(0)
+        dims = net.add_concatenation([rows, constant(net, np.array([384], np.int64))]).get_output(0)
+        layer = net.add_shuffle(x)
+        layer.set_input(1, dims)
+        y = layer.get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+        shape = net.add_shape(y).get_output(0)  # the shape tensor itself, as an output
+        shape.name = "shape"
+        net.mark_output(shape)
+
+    engine = build(graph, PROFILE, device)
+    ex = engine.create_execution()
+    for b, s in ((4, 16), (2, 3)):
+        x = rng(b + s).standard_normal((b, s, 384)).astype(np.float32)
+        out = ex.run({"x": x})
+        assert np.array_equal(out["y"], x.reshape(b * s, 384))
+        assert out["shape"].dtype == np.int64 and out["shape"].tolist() == [b * s, 384]
+
+
+def test_reshape_dims_that_do_not_fit_fail_when_the_shape_is_set(device):
+    """[B, S, 384] -> [B, 100]: fits no input shape of the profile; the build (its corners)
+    says which layer and why."""
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, -1, 384))
+        s = net.add_shape(x).get_output(0)
+        b = net.add_gather(s, constant(net, np.array([0], np.int64)), 0).get_output(0)
+        dims = net.add_concatenation([b, constant(net, np.array([100], np.int64))]).get_output(0)
+        layer = net.add_shuffle(x)
+        layer.set_input(1, dims)
+        layer.name = "bad_reshape"
+        layer.get_output(0).name = "y"
+        net.mark_output(layer.get_output(0))
+
+    with pytest.raises(tensoracle.InvalidArgument, match="bad_reshape.*cannot hold|bad_reshape.*elements"):
+        build(graph, PROFILE, device)
+
+
+def test_reshape_dims_must_be_an_integer_shape_tensor():
+    net = tensoracle.Network()
+    x = net.add_input("x", trt.float32, (2, 6))
+    floats, ints = constant(net, np.array([3.0, 4.0], np.float32)), constant(net, np.array([3, 4], np.int32))
+    layer = net.add_shuffle(x)
+    with pytest.raises(tensoracle.InvalidArgument, match="input 1 .*1-D int32 or int64 shape tensor"):
+        layer.set_input(1, floats)
+    layer.set_input(1, ints)  # a constant shape tensor: static dims
+    assert tuple(layer.get_output(0).shape) == (3, 4)
+    assert net.add_shape(x).get_output(0).dtype == trt.int64
