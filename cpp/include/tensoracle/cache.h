@@ -133,6 +133,15 @@ std::vector<Entry> prune(std::optional<std::chrono::seconds> older_than, std::op
 // Removes the entries of `name` (every entry and the digest memo when nullopt).
 std::vector<Entry> clear(const std::optional<std::string>& name, const std::filesystem::path& dir = {});
 
+// Process-wide counts of what open_engine and these functions have read so far (for
+// benchmarks and tests: a warm open adds nothing to the first two).
+struct ReadCounts {
+  std::uint64_t files_hashed = 0;          // weight files and plugin libraries hashed in full
+  std::uint64_t bytes_hashed = 0;
+  std::uint64_t engine_digest_checks = 0;  // engine files read in full to check their digest
+};
+ReadCounts read_counts();
+
 // "500M", "2G", "1.5GiB", "10GB", "4096": K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024,
 // KB/MB/GB/TB powers of 1000. Throws InvalidArgument naming the text.
 std::uint64_t parse_size(const std::string& text);

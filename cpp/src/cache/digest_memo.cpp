@@ -16,6 +16,7 @@
 #include "cache/lock.h"
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
+#include "tensoracle/cache.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::cache {
@@ -74,6 +75,11 @@ std::map<std::string, DigestMemo::Record> read_memo(const std::filesystem::path&
 Counters& counters() {
   static Counters c;
   return c;
+}
+
+ReadCounts read_counts() {
+  const Counters& c = counters();
+  return {c.files_hashed.load(), c.bytes_hashed.load(), c.engine_digest_checks.load()};
 }
 
 std::string hash_file(int fd, const std::filesystem::path& path, const std::string& component,

@@ -6,6 +6,10 @@ This package is a thin layer over the C++ core (``tensoracle._native``):
   :mod:`tensoracle.trt`) and an :class:`EngineBuild` into engine bytes;
   :func:`deserialize_engine` / :func:`load_engine` open them; ``engine.create_execution()``
   runs them (``Execution.run({name: array})`` on NumPy arrays).
+- :func:`open_engine` builds an engine once per machine and identity, saves it in the cache
+  folder and reopens it in milliseconds from any process; :class:`EngineIO` and
+  :class:`TensorSpec` declare the inputs and outputs it must have; :mod:`tensoracle.cache`
+  lists, verifies, prunes and clears the folder.
 - :mod:`tensoracle.safetensors` — hardened, zero-copy safetensors reading and atomic writing.
 - The error classes below, shared by every part of tensoracle.
 """
@@ -22,13 +26,20 @@ from tensoracle._native import (  # noqa: E402
     BuilderSettings,
     Engine,
     EngineBuild,
+    EngineHandle,
+    EngineIdentity,
+    EngineIO,
     Execution,
     InputShape,
     INetworkDefinition as Network,
     IOTensorInfo,
     LayerInfo,
+    TensorSpec,
     build_serialized_engine,
     cpu_threads,
+    default_cache_dir,
+    engine_identity,
+    open_engine,
     set_cpu_threads,
     BuildError,
     CorruptEngineError,
@@ -41,7 +52,7 @@ from tensoracle._native import (  # noqa: E402
     UnsafeCheckpointError,
     UnsupportedError,
 )
-from tensoracle import safetensors  # noqa: E402
+from tensoracle import cache, safetensors  # noqa: E402
 
 deserialize_engine = Engine.deserialize
 load_engine = Engine.load
@@ -52,14 +63,21 @@ __all__ = [
     "BuilderSettings",
     "Engine",
     "EngineBuild",
+    "EngineHandle",
+    "EngineIdentity",
+    "EngineIO",
     "Execution",
     "InputShape",
     "IOTensorInfo",
     "LayerInfo",
     "Network",
+    "TensorSpec",
     "build_serialized_engine",
     "cpu_threads",
+    "default_cache_dir",
     "deserialize_engine",
+    "engine_identity",
+    "open_engine",
     "set_cpu_threads",
     "load_engine",
     "BuildError",
@@ -72,5 +90,6 @@ __all__ = [
     "PluginLibraryError",
     "UnsafeCheckpointError",
     "UnsupportedError",
+    "cache",
     "safetensors",
 ]
