@@ -12,4 +12,8 @@ using Command = std::function<int()>;
 // `tensoracle inspect FILE [--json]`
 Command add_inspect(CLI::App& app);
 
+// `tensoracle cache list [--json] | verify | prune --older-than DAYS | --max-size SIZE |
+// clear [--name NAME]`, each with [--dir DIR]
+Command add_cache(CLI::App& app);
+
 }  // namespace tensoracle::tools
