@@ -24,9 +24,9 @@ import tensoracle
 import tensoracle.trt as trt
 from tensoracle import BuilderSettings, EngineBuild, EngineIO, InputShape, TensorSpec
 
-# File times tick coarsely, so a record taken within 100 ms of a file's last change is checked
-# again by content (by design). Tests asserting "nothing was read again" wait this long first.
-SETTLE_SECONDS = 0.15
+# File times tick coarsely, so a record taken within 25 ms of a file's last change is checked
+# again by content (by design). Tests asserting "nothing was read again" wait longer than that.
+SETTLE_SECONDS = 0.06
 
 
 def matrix(k: int = 32, n: int = 16, scale: float = 1.0) -> np.ndarray:

@@ -198,8 +198,6 @@ def test_present_plugin_reaches_the_builder_which_cannot_load_plugins_yet(model,
 def test_warm_open_reads_no_weights_and_no_engine(model):
     time.sleep(cm.SETTLE_SECONDS)
     assert model.open().built
-    time.sleep(cm.SETTLE_SECONDS)
-    model.open()  # checks the just-written engine once more (its record was racy)
     before = counts()
     start = time.perf_counter()
     warm = model.open()

@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <variant>
 
 #include "cache/digest_memo.h"
@@ -167,6 +170,12 @@ EngineHandle open_engine_with(const Environment& env, const GraphFunction& graph
       // Read back what was written: the record then vouches for a file checked in full.
       built.emplace(runtime::EngineAccess::load_file(p.engine, nullptr));
       counters().engine_digest_checks.fetch_add(1);
+      // Wait out the rest of the racy margin (at most 25 ms where file times have sub-second
+      // resolution) so that the record vouches for the file at once: the next open, in any
+      // process, then maps it without a digest pass.
+      const std::int64_t wait = core::racy_margin_ns(built->stat) -
+                                (core::now_ns() - std::max(built->stat.mtime_ns, built->stat.ctime_ns));
+      if (wait > 0 && wait <= 25'000'000) std::this_thread::sleep_for(std::chrono::nanoseconds(wait + 1'000'000));
       // Created: the file's own time, on the clock that last-used times (the record's mtime)
       // are taken from.
       write_record(p.record, make_record(env, options, id, built->stat, core::now_ns(), built->stat.mtime_ns));

@@ -33,12 +33,15 @@ std::int64_t now_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-bool racy(const FileStat& st, std::int64_t recorded_ns) noexcept {
-  // Whole-second times mean a coarse file system (FAT keeps 2 s): allow 3 s. Otherwise the
-  // tick is at most a jiffy (10 ms at HZ=100): 100 ms leaves a wide margin.
+std::int64_t racy_margin_ns(const FileStat& st) noexcept {
   const bool coarse = st.mtime_ns % 1'000'000'000 == 0 && st.ctime_ns % 1'000'000'000 == 0;
-  const std::int64_t margin = coarse ? 3'000'000'000 : 100'000'000;
-  return recorded_ns - std::max(st.mtime_ns, st.ctime_ns) < margin;
+  return coarse ? 3'000'000'000 : 25'000'000;
+}
+
+bool racy(const FileStat& st, std::int64_t recorded_ns) noexcept {
+  // A later change gets a time at least one tick after the record's: if the record is more
+  // than a tick younger than the file's last change, that change cannot share its time.
+  return recorded_ns - std::max(st.mtime_ns, st.ctime_ns) < racy_margin_ns(st);
 }
 
 }  // namespace tensoracle::core

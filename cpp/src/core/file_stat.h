@@ -34,4 +34,8 @@ std::int64_t now_ns() noexcept;
 // entries "racily clean").
 bool racy(const FileStat& st, std::int64_t recorded_ns) noexcept;
 
+// The margin racy() applies to `st`: 25 ms (above a jiffy, the coarsest tick of file times
+// with sub-second resolution), or 3 s where times are whole seconds (FAT keeps 2 s).
+std::int64_t racy_margin_ns(const FileStat& st) noexcept;
+
 }  // namespace tensoracle::core
