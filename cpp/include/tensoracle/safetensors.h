@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -225,5 +226,48 @@ void save_file(const std::filesystem::path& path, const std::vector<TensorData>&
 // The same bytes as save_file writes, in memory.
 std::vector<std::byte> serialize(const std::vector<TensorData>& tensors,
                                  const std::optional<Metadata>& metadata = std::nullopt);
+
+// Streaming writes, for data that is produced (read, gathered, converted) while the file is
+// written, so it never has to be in memory at once:
+//
+//   st::save_file_streaming("out.safetensors",
+//       {{"w", st::Dtype::F32, {1024, 1024}, [&](st::ByteSink& out) {
+//          for (auto chunk : chunks) out.write(chunk);   // 4 MiB in all, in order
+//        }}});
+//
+// The header is written first (every size follows from the shapes), then each tensor's
+// bytes in data-section order, each by one call of its `write` function.
+
+// Receives one tensor's bytes, in order. write() throws InvalidArgument if the tensor's byte
+// length would be exceeded, IoError if the file cannot be written.
+class ByteSink {
+ public:
+  virtual void write(std::span<const std::byte> bytes) = 0;
+
+ protected:
+  ~ByteSink() = default;
+};
+
+// A tensor whose bytes come from a function, called exactly once during the write; it must
+// write exactly shape × element size bytes (InvalidArgument otherwise). Exceptions it throws
+// abort the write and propagate.
+struct TensorSource {
+  std::string name;
+  Dtype dtype{};
+  std::vector<std::int64_t> shape;
+  std::function<void(ByteSink& out)> write;
+};
+
+// As save_file, with the bytes of each tensor streamed from its source. The layout (and so
+// the bytes) are those save_file writes for the same tensors and metadata. With
+// `replace_existing` false, an existing `path` is never replaced: IoError with EEXIST
+// (checked atomically when the file is put in place; nothing else is changed).
+void save_file_streaming(const std::filesystem::path& path, const std::vector<TensorSource>& tensors,
+                         const std::optional<Metadata>& metadata = std::nullopt,
+                         bool replace_existing = true);
+
+// The same bytes as save_file_streaming writes, in memory.
+std::vector<std::byte> serialize_streaming(const std::vector<TensorSource>& tensors,
+                                           const std::optional<Metadata>& metadata = std::nullopt);
 
 }  // namespace tensoracle::safetensors

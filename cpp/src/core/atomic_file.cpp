@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <cstdio>  // renameat2, RENAME_NOREPLACE (glibc >= 2.28)
 #include <random>
 
 #include "core/mapped_file.h"
@@ -80,13 +80,23 @@ void AtomicFile::write(std::span<const std::byte> bytes) {
   }
 }
 
-void AtomicFile::commit() {
+void AtomicFile::commit(Replace replace) {
   if (fd_ < 0) throw IoError("[" + component_ + "] " + dest_.string() + ": committed twice", EBADF, dest_.string());
   if (::fsync(fd_) != 0) fail("cannot flush to disk (fsync)", errno);
   int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) fail("cannot close", errno);
-  if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename the temporary file into place", errno);
+  if (replace == Replace::kYes) {
+    if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename the temporary file into place", errno);
+  } else if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_NOREPLACE) != 0) {
+    int err = errno;
+    if (err == EEXIST) fail("already exists (not replaced)", EEXIST);
+    if (err != EINVAL && err != ENOSYS) fail("cannot rename the temporary file into place", err);
+    // No RENAME_NOREPLACE on this file system: link() refuses an existing name too.
+    if (::link(temp_.c_str(), dest_.c_str()) != 0)
+      fail(errno == EEXIST ? "already exists (not replaced)" : "cannot link the temporary file into place", errno);
+    ::unlink(temp_.c_str());
+  }
   temp_.clear();  // now the destination: never unlink it
   int dir = ::open(folder_of(dest_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) throw_io_error(component_, "cannot open its folder to flush the rename", dest_, errno);

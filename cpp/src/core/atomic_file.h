@@ -24,7 +24,12 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(std::span<const std::byte> bytes);
-  void commit();
+
+  // Whether commit() may replace an existing destination. kNo fails with IoError EEXIST
+  // instead, atomically (renameat2 RENAME_NOREPLACE, or link + unlink where the file system
+  // lacks it), leaving the destination untouched.
+  enum class Replace { kYes, kNo };
+  void commit(Replace replace = Replace::kYes);
 
   const std::filesystem::path& temporary_path() const noexcept { return temp_; }
 

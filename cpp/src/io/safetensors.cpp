@@ -507,45 +507,57 @@ TensorView File::view(const TensorInfo& info) const {
 
 namespace {
 
-struct Layout {
-  std::string header;                   // padded JSON, without the 8-byte length
-  std::vector<const TensorData*> order;  // data section order
+// One tensor to lay out, from either kind of input.
+struct Item {
+  const std::string* name;
+  Dtype dtype;
+  const std::vector<std::int64_t>* shape;
+  std::optional<std::uint64_t> given_bytes;  // TensorData: the span's size, checked
+  std::size_t index;                          // in the caller's vector
+  std::uint64_t nbytes = 0;                   // from the shape (set by layout)
 };
 
-Layout layout(const std::vector<TensorData>& tensors, const std::optional<Metadata>& metadata) {
+struct Layout {
+  std::string header;       // padded JSON, without the 8-byte length
+  std::vector<Item> order;  // data section order
+};
+
+Layout layout(std::vector<Item> items, const std::optional<Metadata>& metadata) {
   Layout out;
   std::unordered_set<std::string_view> names;
-  for (const auto& t : tensors) {
-    auto prefix = "[safetensors] tensor " + quote_name(t.name) + ": ";
-    if (!core::valid_utf8(t.name))
-      throw InvalidArgument("[safetensors] tensor name " + quote_name(t.name) + " is not valid UTF-8");
-    if (t.name == "__metadata__")
+  for (auto& t : items) {
+    const std::string& name = *t.name;
+    auto prefix = "[safetensors] tensor " + quote_name(name) + ": ";
+    if (!core::valid_utf8(name))
+      throw InvalidArgument("[safetensors] tensor name " + quote_name(name) + " is not valid UTF-8");
+    if (name == "__metadata__")
       throw InvalidArgument(prefix + "the name is reserved for the metadata entry");
-    if (!names.insert(t.name).second) throw InvalidArgument(prefix + "duplicate name");
+    if (!names.insert(name).second) throw InvalidArgument(prefix + "duplicate name");
     if (static_cast<int>(t.dtype) >= kDtypeCount)
       throw InvalidArgument(prefix + "invalid dtype value " + std::to_string(static_cast<int>(t.dtype)));
-    for (auto d : t.shape)
-      if (d < 0) throw InvalidArgument(prefix + "negative dimension in shape " + shape_text(t.shape));
-    Extent e = extent(t.dtype, t.shape);
-    if (e.overflow) throw InvalidArgument(prefix + "shape " + shape_text(t.shape) + " overflows");
+    for (auto d : *t.shape)
+      if (d < 0) throw InvalidArgument(prefix + "negative dimension in shape " + shape_text(*t.shape));
+    Extent e = extent(t.dtype, *t.shape);
+    if (e.overflow) throw InvalidArgument(prefix + "shape " + shape_text(*t.shape) + " overflows");
     if (!e.nbytes)
-      throw InvalidArgument(prefix + "shape " + shape_text(t.shape) + " of " +
+      throw InvalidArgument(prefix + "shape " + shape_text(*t.shape) + " of " +
                             std::string(dtype_name(t.dtype)) + " does not fill whole bytes");
-    if (*e.nbytes != t.data.size())
-      throw InvalidArgument(prefix + "shape " + shape_text(t.shape) + " of " +
+    if (t.given_bytes && *e.nbytes != *t.given_bytes)
+      throw InvalidArgument(prefix + "shape " + shape_text(*t.shape) + " of " +
                             std::string(dtype_name(t.dtype)) + " needs " +
                             std::to_string(*e.nbytes) + " bytes, got " +
-                            std::to_string(t.data.size()));
-    out.order.push_back(&t);
+                            std::to_string(*t.given_bytes));
+    t.nbytes = *e.nbytes;
   }
   for (const auto& [k, v] : metadata.value_or(Metadata{}))
     if (!core::valid_utf8(k) || !core::valid_utf8(v))
       throw InvalidArgument("[safetensors] metadata entry " + quote_name(k) + " is not valid UTF-8");
 
-  std::stable_sort(out.order.begin(), out.order.end(), [](const TensorData* a, const TensorData* b) {
-    int ra = row(a->dtype).official_rank, rb = row(b->dtype).official_rank;
+  out.order = std::move(items);
+  std::stable_sort(out.order.begin(), out.order.end(), [](const Item& a, const Item& b) {
+    int ra = row(a.dtype).official_rank, rb = row(b.dtype).official_rank;
     if (ra != rb) return ra > rb;
-    return a->name < b->name;
+    return *a.name < *b.name;
   });
 
   std::string& h = out.header;
@@ -565,20 +577,20 @@ Layout layout(const std::vector<TensorData>& tensors, const std::optional<Metada
     first = false;
   }
   std::uint64_t offset = 0;
-  for (const TensorData* t : out.order) {
+  for (const Item& t : out.order) {
     if (!first) h += ',';
     first = false;
-    core::append_json_string(h, t->name);
+    core::append_json_string(h, *t.name);
     h += ":{\"dtype\":\"";
-    h += dtype_name(t->dtype);
+    h += dtype_name(t.dtype);
     h += "\",\"shape\":[";
-    for (std::size_t i = 0; i < t->shape.size(); ++i) {
+    for (std::size_t i = 0; i < t.shape->size(); ++i) {
       if (i) h += ',';
-      h += std::to_string(t->shape[i]);
+      h += std::to_string((*t.shape)[i]);
     }
     h += "],\"data_offsets\":[";
-    h += std::to_string(offset) + "," + std::to_string(offset + t->data.size()) + "]}";
-    offset += t->data.size();
+    h += std::to_string(offset) + "," + std::to_string(offset + t.nbytes) + "]}";
+    offset += t.nbytes;
   }
   h += '}';
   h.append((8 - h.size() % 8) % 8, ' ');
@@ -588,10 +600,62 @@ Layout layout(const std::vector<TensorData>& tensors, const std::optional<Metada
   return out;
 }
 
+Layout layout(const std::vector<TensorData>& tensors, const std::optional<Metadata>& metadata) {
+  std::vector<Item> items;
+  items.reserve(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    items.push_back({&tensors[i].name, tensors[i].dtype, &tensors[i].shape, tensors[i].data.size(), i});
+  return layout(std::move(items), metadata);
+}
+
+Layout layout(const std::vector<TensorSource>& tensors, const std::optional<Metadata>& metadata) {
+  std::vector<Item> items;
+  items.reserve(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].write)
+      throw InvalidArgument("[safetensors] tensor " + quote_name(tensors[i].name) + ": no write function");
+    items.push_back({&tensors[i].name, tensors[i].dtype, &tensors[i].shape, std::nullopt, i});
+  }
+  return layout(std::move(items), metadata);
+}
+
 std::array<std::byte, 8> length_prefix(std::uint64_t n) {
   std::array<std::byte, 8> b;
   std::memcpy(b.data(), &n, 8);
   return b;
+}
+
+// Forwards one tensor's bytes to `out`, holding the source to its byte length.
+template <typename Out>
+class CountingSink final : public ByteSink {
+ public:
+  CountingSink(Out& out, const Item& item) : out_(out), item_(item) {}
+  void write(std::span<const std::byte> bytes) override {
+    if (bytes.size() > item_.nbytes - written_)
+      throw InvalidArgument("[safetensors] tensor " + quote_name(*item_.name) + ": its source wrote more than " +
+                            std::to_string(item_.nbytes) + " bytes");
+    out_(bytes);
+    written_ += bytes.size();
+  }
+  void finish() const {
+    if (written_ != item_.nbytes)
+      throw InvalidArgument("[safetensors] tensor " + quote_name(*item_.name) + ": its source wrote " +
+                            std::to_string(written_) + " of its " + std::to_string(item_.nbytes) + " bytes");
+  }
+
+ private:
+  Out& out_;
+  const Item& item_;
+  std::uint64_t written_ = 0;
+};
+
+template <typename Out>
+void stream_tensors(const Layout& l, const std::vector<TensorSource>& tensors, Out& out) {
+  for (const Item& t : l.order) {
+    CountingSink<Out> sink(out, t);
+    tensors[t.index].write(sink);
+    sink.finish();
+  }
 }
 
 }  // namespace
@@ -599,7 +663,7 @@ std::array<std::byte, 8> length_prefix(std::uint64_t n) {
 std::vector<std::byte> serialize(const std::vector<TensorData>& tensors, const std::optional<Metadata>& metadata) {
   Layout l = layout(tensors, metadata);
   std::size_t total = 8 + l.header.size();
-  for (const TensorData* t : l.order) total += t->data.size();
+  for (const Item& t : l.order) total += t.nbytes;
   std::vector<std::byte> out(total);
   std::byte* p = out.data();
   auto put = [&p](std::span<const std::byte> b) {
@@ -608,7 +672,7 @@ std::vector<std::byte> serialize(const std::vector<TensorData>& tensors, const s
   };
   put(length_prefix(l.header.size()));
   put(std::as_bytes(std::span(l.header)));
-  for (const TensorData* t : l.order) put(t->data);
+  for (const Item& t : l.order) put(tensors[t.index].data);
   return out;
 }
 
@@ -618,8 +682,30 @@ void save_file(const std::filesystem::path& path, const std::vector<TensorData>&
   core::AtomicFile out(path, "safetensors");
   out.write(length_prefix(l.header.size()));
   out.write(std::as_bytes(std::span(l.header)));
-  for (const TensorData* t : l.order) out.write(t->data);
+  for (const Item& t : l.order) out.write(tensors[t.index].data);
   out.commit();
+}
+
+void save_file_streaming(const std::filesystem::path& path, const std::vector<TensorSource>& tensors,
+                         const std::optional<Metadata>& metadata, bool replace_existing) {
+  Layout l = layout(tensors, metadata);
+  core::AtomicFile out(path, "safetensors");
+  out.write(length_prefix(l.header.size()));
+  out.write(std::as_bytes(std::span(l.header)));
+  auto put = [&out](std::span<const std::byte> b) { out.write(b); };
+  stream_tensors(l, tensors, put);
+  out.commit(replace_existing ? core::AtomicFile::Replace::kYes : core::AtomicFile::Replace::kNo);
+}
+
+std::vector<std::byte> serialize_streaming(const std::vector<TensorSource>& tensors,
+                                           const std::optional<Metadata>& metadata) {
+  Layout l = layout(tensors, metadata);
+  std::vector<std::byte> out;
+  auto put = [&out](std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); };
+  put(length_prefix(l.header.size()));
+  put(std::as_bytes(std::span(l.header)));
+  stream_tensors(l, tensors, put);
+  return out;
 }
 
 }  // namespace tensoracle::safetensors

@@ -1,0 +1,59 @@
+// safetensors' streaming write path (save_file_streaming): same bytes as save_file, sources
+// held to their byte length, no file left by a failed write, no replacement when refused.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "st_helpers.h"
+#include "tensoracle/safetensors.h"
+
+namespace st = tensoracle::safetensors;
+using namespace tensoracle;
+using tensoracle::testing::read_bytes;
+using tensoracle::testing::TempDir;
+using tensoracle::testing::write_bytes;
+
+namespace {
+std::vector<std::byte> to_bytes(std::string_view s) {
+  std::vector<std::byte> b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+}  // namespace
+
+TEST(SafetensorsStreaming, SameBytesAsSaveFile) {
+  std::vector<float> a(10);
+  std::iota(a.begin(), a.end(), 0.f);
+  std::vector<std::int64_t> b{1, 2, 3};
+  auto bytes = std::as_bytes(std::span(a));
+  std::vector<st::TensorData> data{{"a", st::Dtype::F32, {2, 5}, bytes}, {"b", st::Dtype::I64, {3}, std::as_bytes(std::span(b))}};
+  std::vector<st::TensorSource> sources{
+      {"a", st::Dtype::F32, {2, 5}, [&](st::ByteSink& out) { out.write(bytes.first(12)); out.write(bytes.subspan(12)); }},
+      {"b", st::Dtype::I64, {3}, [&](st::ByteSink& out) { out.write(std::as_bytes(std::span(b))); }}};
+  st::Metadata m{{"k", "v"}};
+  EXPECT_EQ(st::serialize_streaming(sources, m), st::serialize(data, m));
+  TempDir dir;
+  st::save_file_streaming(dir.path / "x.safetensors", sources, m);
+  EXPECT_EQ(read_bytes(dir.path / "x.safetensors"), st::serialize(data, m));
+}
+
+TEST(SafetensorsStreaming, BadSourcesLeaveNoFile) {
+  TempDir dir;
+  auto path = dir.path / "x.safetensors";
+  std::vector<std::byte> eight(8);
+  std::vector<st::TensorSource> too_short{{"a", st::Dtype::F32, {4}, [&](st::ByteSink& out) { out.write(eight); }}};
+  EXPECT_THROW(st::save_file_streaming(path, too_short), InvalidArgument);
+  std::vector<st::TensorSource> too_long{{"a", st::Dtype::F32, {1}, [&](st::ByteSink& out) { out.write(eight); }}};
+  EXPECT_THROW(st::save_file_streaming(path, too_long), InvalidArgument);
+  std::vector<st::TensorSource> throws{{"a", st::Dtype::F32, {2}, [&](st::ByteSink& out) {
+                                          out.write(std::span(eight).first(4));
+                                          throw FormatError("mid-way");
+                                        }}};
+  EXPECT_THROW(st::save_file_streaming(path, throws), FormatError);
+  EXPECT_TRUE(dir.names().empty());
+  write_bytes(path, to_bytes("keep"));
+  std::vector<st::TensorSource> ok{{"a", st::Dtype::F32, {2}, [&](st::ByteSink& out) { out.write(eight); }}};
+  EXPECT_THROW(st::save_file_streaming(path, ok, std::nullopt, /*replace_existing=*/false), IoError);
+  EXPECT_EQ(read_bytes(path), to_bytes("keep"));
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"x.safetensors"});
+}
