@@ -12,6 +12,10 @@ using Command = std::function<int()>;
 // `tensoracle inspect FILE [--json]`
 Command add_inspect(CLI::App& app);
 
+// `tensoracle convert IN.pth OUT.safetensors [--key K] [--strip-prefix P]
+//  [--dtype keep|float32|float16|bfloat16] [--force]`
+Command add_convert(CLI::App& app);
+
 // `tensoracle cache list [--json] | verify | prune --older-than DAYS | --max-size SIZE |
 // clear [--name NAME]`, each with [--dir DIR]
 Command add_cache(CLI::App& app);

@@ -1,9 +1,11 @@
-// `tensoracle inspect FILE [--json]`: a safetensors file's metadata and tensors.
+// `tensoracle inspect FILE [--json]`: an engine, a safetensors file, or a torch checkpoint.
 #include <fmt/core.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tensoracle/convert.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/safetensors.h"
 #include "tools/commands.h"
@@ -112,17 +114,98 @@ int inspect_engine(const std::string& path, bool json) {
   return 0;
 }
 
+// A torch checkpoint: a zip archive ("PK\x03\x04"), or a pickle (legacy format: refused by
+// inspect_pth with a message saying what it is).
+bool looks_like_checkpoint(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char head[4] = {};
+  f.read(head, sizeof head);
+  if (f.gcount() < 1) return false;
+  if (static_cast<unsigned char>(head[0]) == 0x80) return true;
+  return f.gcount() == 4 && std::string_view(head, 4) == std::string_view("PK\x03\x04", 4);
+}
+
+std::string dtype_text(const CheckpointTensor& t) {
+  return t.dtype ? std::string(st::dtype_name(*t.dtype)) : std::string("(none)");
+}
+
+int inspect_checkpoint(const std::string& path, bool json) {
+  CheckpointInfo c = inspect_pth(path);
+  if (json) {
+    nlohmann::ordered_json j;
+    j["file"] = c.file;
+    j["format"] = "torch checkpoint";
+    j["file_size"] = c.file_size;
+    j["archive"] = c.archive;
+    j["byteorder"] = c.byteorder;
+    j["format_version"] = c.format_version;
+    j["pickle_protocol"] = c.pickle_protocol;
+    j["storages"] = c.storages;
+    j["storage_bytes"] = c.storage_bytes;
+    auto& tensors = j["tensors"] = nlohmann::ordered_json::array();
+    for (const auto& t : c.tensors) {
+      nlohmann::ordered_json x = {{"name", t.name},
+                                  {"torch_dtype", t.torch_dtype},
+                                  {"dtype", t.dtype ? nlohmann::ordered_json(st::dtype_name(*t.dtype)) : nlohmann::ordered_json(nullptr)},
+                                  {"shape", t.shape},
+                                  {"stride", t.stride},
+                                  {"storage_offset", t.storage_offset},
+                                  {"storage", t.storage},
+                                  {"bytes", t.nbytes},
+                                  {"contiguous", t.contiguous},
+                                  {"parameter", t.parameter},
+                                  {"requires_grad", t.requires_grad},
+                                  {"shares_storage_with", t.shares_storage_with}};
+      tensors.push_back(std::move(x));
+    }
+    auto& values = j["values"] = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : c.values) values[k] = v;  // JSON text, as it goes into the metadata
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    return 0;
+  }
+  std::uint64_t tensor_bytes = 0;
+  for (const auto& t : c.tensors) tensor_bytes += t.nbytes;
+  fmt::print("file:     {}\n", c.file);
+  fmt::print("format:   torch checkpoint (zip), {} ({} bytes), folder '{}', version {}, pickle protocol {}, {}-endian\n",
+             human_bytes(c.file_size), c.file_size, c.archive, c.format_version, c.pickle_protocol, c.byteorder);
+  fmt::print("storages: {} ({}); tensors: {} ({})\n", c.storages, human_bytes(c.storage_bytes), c.tensors.size(),
+             human_bytes(tensor_bytes));
+  if (!c.values.empty()) {
+    fmt::print("values:   {} (kept as JSON metadata)\n", c.values.size());
+    for (const auto& [k, v] : c.values)
+      fmt::print("  {}: {}\n", k, v.size() > 200 ? v.substr(0, 200) + "..." : v);
+  }
+  std::size_t wn = 4, ws = 5;
+  for (const auto& t : c.tensors) {
+    wn = std::max(wn, t.name.size());
+    ws = std::max(ws, shape_text(t.shape).size());
+  }
+  fmt::print("{:<{}}  {:<16}  {:<7}  {:<{}}  {:>14}  {}\n", "name", wn, "torch dtype", "out", "shape", ws, "bytes", "notes");
+  for (const auto& t : c.tensors) {
+    std::string notes = t.storage;
+    if (!t.contiguous) notes += ", view (stride " + shape_text(t.stride) + ", offset " + std::to_string(t.storage_offset) + ")";
+    if (t.parameter) notes += ", parameter";
+    if (!t.shares_storage_with.empty()) notes += ", shares storage with " + std::to_string(t.shares_storage_with.size());
+    if (!t.dtype) notes += ", NOT CONVERTIBLE (no safetensors dtype)";
+    fmt::print("{:<{}}  {:<16}  {:<7}  {:<{}}  {:>14}  {}\n", t.name, wn, t.torch_dtype, dtype_text(t), shape_text(t.shape), ws,
+               t.nbytes, notes);
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command add_inspect(CLI::App& app) {
   auto* sub = app.add_subcommand("inspect", "Show an engine (format, target, I/O, fused nodes with tactics, "
-                                            "memory plan) or a safetensors file (metadata; each tensor's name, "
-                                            "dtype, shape, bytes, file offset)");
+                                            "memory plan), a safetensors file (metadata; each tensor's name, "
+                                            "dtype, shape, bytes, file offset) or a torch checkpoint (what "
+                                            "convert would write)");
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  sub->add_option("FILE", *path, "engine or safetensors file")->required();
+  sub->add_option("FILE", *path, "engine, safetensors file or torch checkpoint (.pth)")->required();
   sub->add_flag("--json", *json, "print JSON instead of a table");
   return [path, json] {
+    if (looks_like_checkpoint(*path)) return inspect_checkpoint(*path, *json);
     auto f = st::File::open(*path);
     if (f.metadata().count("tensoracle.format")) return inspect_engine(*path, *json);
     return *json ? inspect_json(f) : inspect_text(f);

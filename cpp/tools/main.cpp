@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({}).at(before), std::move(cmd));
   };
   add(tensoracle::tools::add_inspect);
+  add(tensoracle::tools::add_convert);
   add(tensoracle::tools::add_cache);
   try {
     app.parse(argc, argv);
