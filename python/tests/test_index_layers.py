@@ -147,7 +147,7 @@ def slice_layer(network, x, start, shape, stride, mode, fill=None):
     layer.shape = tuple(shape)
     layer.start = tuple(start)
     if fill_tensor is not None:
-        layer.set_input(1, fill_tensor)
+        layer.set_input(4, fill_tensor)  # TensorRT's input 4: the FILL value
     return layer
 
 

@@ -107,3 +107,74 @@ def test_reshape_dims_must_be_an_integer_shape_tensor():
     layer.set_input(1, ints)  # a constant shape tensor: static dims
     assert tuple(layer.get_output(0).shape) == (3, 4)
     assert net.add_shape(x).get_output(0).dtype == trt.int64
+
+
+def test_slice_bounds_from_shape_tensors(device):
+    """The second half of the last dim, for any input shape: start [0, S/2], size [B, S/2],
+    both computed from shape(x) (TensorRT's set_input(1, start) and set_input(2, size))."""
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, -1))
+        s = net.add_shape(x).get_output(0)
+        half = net.add_elementwise(s, constant(net, np.array([1, 2], np.int64)), trt.ElementWiseOperation.FLOOR_DIV)
+        half_s = net.add_gather(half.get_output(0), constant(net, np.array([1], np.int64)), 0).get_output(0)
+        b = net.add_gather(s, constant(net, np.array([0], np.int64)), 0).get_output(0)
+        start = net.add_concatenation([constant(net, np.array([0], np.int64)), half_s]).get_output(0)
+        size = net.add_concatenation([b, half_s]).get_output(0)
+        layer = net.add_slice(x, (0, 0), (1, 1), (1, 1))
+        layer.set_input(2, size)  # in any order, as TensorRT allows
+        layer.set_input(1, start)
+        assert layer.get_input(3) is None and layer.get_input(1).name == start.name
+        layer.get_output(0).name = "y"
+        net.mark_output(layer.get_output(0))
+
+    engine = build(graph, {"x": tensoracle.InputShape.ranged((1, 2), (3, 10), (5, 20))}, device)
+    ex = engine.create_execution()
+    for b, s in ((3, 10), (5, 20), (1, 7), (2, 2)):
+        x = rng(b * 7 + s).standard_normal((b, s)).astype(np.float32)
+        y = ex.run({"x": x})["y"]
+        assert np.array_equal(y, x[:, s // 2 : s // 2 + s // 2]), (b, s)
+
+
+def test_slice_fill_value_is_input_4(device):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def graph(net):
+        t = net.add_input("x", trt.float32, x.shape)
+        fill = constant(net, np.array([-5.0], np.float32))
+        layer = net.add_slice(t, (0, -1), (2, 5), (1, 1))
+        layer.mode = trt.SampleMode.FILL
+        layer.set_input(4, fill)
+        assert layer.get_input(4).name == fill.name and layer.get_input(1) is None
+        layer.get_output(0).name = "y"
+        net.mark_output(layer.get_output(0))
+
+    y = build(graph, {"x": x.shape}, device).create_execution().run({"x": x})["y"]
+    expected = np.full((2, 5), -5.0, np.float32)
+    expected[:, 1:4] = x
+    assert np.array_equal(y, expected)
+
+
+def test_slice_axes_input_is_refused():
+    net = tensoracle.Network()
+    x = net.add_input("x", trt.float32, (2, 6))
+    axes = constant(net, np.array([1], np.int64))
+    layer = net.add_slice(x, (0, 0), (1, 1), (1, 1))
+    with pytest.raises(tensoracle.UnsupportedError, match="input 5 \\(axes\\)"):
+        layer.set_input(5, axes)
+
+
+def test_bounds_computed_from_data_are_refused_at_build(device):
+    """A reshape whose dims come from a data input (not a shape tensor) cannot be planned."""
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (2, 6))
+        dims = net.add_input("dims", trt.int64, (2,))
+        layer = net.add_shuffle(x)
+        layer.set_input(1, dims)
+        layer.name = "from_data"
+        layer.get_output(0).name = "y"
+        net.mark_output(layer.get_output(0))
+
+    with pytest.raises(tensoracle.BuildError, match="from_data.*cannot compute"):
+        build(graph, {"x": (2, 6), "dims": (2,)}, device)

@@ -148,12 +148,23 @@ struct ConcatenationParams {
   std::int32_t axis = -1000;  // -1000 = TensorRT's default (rank - 3, or 0)
 };
 // Output dims are `size`; element i of dimension d reads input index start[d] + i * stride[d],
-// mapped by `mode` when outside the input. kFILL reads the optional input 1 (a one-element
-// constant; 0 when absent).
+// mapped by `mode` when outside the input. TensorRT's optional inputs, set with set_input:
+// 1 start, 2 size, 3 stride (1-D int32/int64 shape tensors that replace the fields), 4 the
+// FILL mode's value (one element of the input's type; 0 when absent). `tensor_inputs` says
+// which are set (bit i-1 for input i); the layer stores them in that order after input 0.
 struct SliceParams {
   Dims start, size, stride;
   SampleMode mode = SampleMode::kSTRICT_BOUNDS;
+  std::uint8_t tensor_inputs = 0;
 };
+inline constexpr int kSliceStart = 1, kSliceSize = 2, kSliceStride = 3, kSliceFill = 4;
+// The position in a slice's stored inputs of TensorRT input `index` (1..4), or -1 when unset.
+inline int slice_input_position(const SliceParams& p, int index) {
+  if (index < 1 || index > 4 || !(p.tensor_inputs & (1u << (index - 1)))) return -1;
+  int pos = 1;
+  for (int i = 1; i < index; ++i) pos += (p.tensor_inputs >> (i - 1)) & 1u;
+  return pos;
+}
 struct GatherParams {
   std::int32_t axis = 0;
   GatherMode mode = GatherMode::kDEFAULT;
@@ -269,7 +280,9 @@ class Layer {
   void set_name(std::string name);
   int num_inputs() const noexcept { return static_cast<int>(inputs_.size()); }
   int num_outputs() const noexcept { return static_cast<int>(outputs_.size()); }
+  // TensorRT's numbering: a slice's get_input(1..4) is its start/size/stride/fill tensor or null.
   Tensor* get_input(int i) const;   // throws InvalidArgument when out of range
+  const std::vector<Tensor*>& stored_inputs() const noexcept { return inputs_; }  // in storage order
   Tensor* get_output(int i) const;  // throws InvalidArgument when out of range
   const LayerParams& params() const noexcept { return params_; }
 

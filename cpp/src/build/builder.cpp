@@ -125,6 +125,14 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
     return graph::infer_shapes(g, dims, runtime::evaluate_shape_node);
   };
   auto at_min = corner(&InputShape::min), at_opt = corner(&InputShape::opt), at_max = corner(&InputShape::max);
+  for (std::size_t v = 0; v < at_max.size(); ++v)
+    if (!at_max[v].dims.all_known()) {
+      int p = g.values[v].producer;
+      throw BuildError("[build] layer '" + (p >= 0 ? g.nodes[static_cast<std::size_t>(p)].name : g.values[v].name) +
+                       "': its output dims " + at_max[v].dims.str() +
+                       " depend on tensor values the builder cannot compute; reshape dims and slice bounds must come "
+                       "from add_shape outputs and constants (shape tensors)");
+    }
 
   plan::Plan plan;
   plan.name = net.name();

@@ -57,7 +57,7 @@ Graph from_network(const Network& net) {
       n.name = l->num_outputs() > 1 ? l->name() + "[" + std::to_string(out) + "]" : l->name();
       n.params = l->params();
       if (auto* topk = std::get_if<TopKParams>(&n.params)) topk->output = out;
-      for (int k = 0; k < l->num_inputs(); ++k) n.inputs.push_back(ids.at(l->get_input(k)));
+      for (const Tensor* t : l->stored_inputs()) n.inputs.push_back(ids.at(t));
       n.main_desc = {l->get_output(out)->type(), l->get_output(out)->dims()};
       n.output = add_value(l->get_output(out));
       g.values[static_cast<std::size_t>(n.output)].producer = static_cast<int>(g.nodes.size());

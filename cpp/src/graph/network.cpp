@@ -52,6 +52,10 @@ void Layer::set_name(std::string name) {
 }
 
 Tensor* Layer::get_input(int i) const {
+  if (const auto* s = std::get_if<SliceParams>(&params_); s && i >= 1 && i <= 5) {  // TensorRT's numbering
+    int pos = slice_input_position(*s, i);
+    return pos < 0 ? nullptr : inputs_[static_cast<std::size_t>(pos)];
+  }
   if (i < 0 || i >= num_inputs())
     throw InvalidArgument("[network] layer '" + name_ + "': no input " + std::to_string(i) + " (it has " +
                           std::to_string(num_inputs()) + ")");
@@ -387,17 +391,36 @@ EinsumLayer* Network::add_einsum(const std::vector<Tensor*>& inputs, std::string
 void Network::set_layer_input(Layer* layer, int index, Tensor* t) {
   if (layer == nullptr || layer->net_ != this) throw InvalidArgument("[network] set_input: the layer is not in this network");
   check_tensor(t, layer->name(), index);
-  if (index < 0 || index > layer->num_inputs())
+  const int last = layer->type() == LayerType::kSLICE ? 5 : layer->num_inputs();
+  if (index < 0 || index > last)
     throw InvalidArgument("[network] layer '" + layer->name() + "': set_input index " + std::to_string(index) + " is out of range");
   if (position(t->producer()) > position(layer))
     throw InvalidArgument("[network] layer '" + layer->name() + "': input '" + t->name() + "' is produced after the layer");
   auto saved = layer->inputs_;
-  if (index == layer->num_inputs()) layer->inputs_.push_back(t);
-  else layer->inputs_[static_cast<std::size_t>(index)] = t;
+  auto saved_params = layer->params_;
+  if (auto* s = std::get_if<SliceParams>(&layer->params_); s && index >= 1) {
+    // TensorRT's inputs 1..4 in any order; stored compactly in that order (see SliceParams).
+    if (index == 5)
+      throw UnsupportedError("[network] layer '" + layer->name() + "': slice input 5 (axes) is not supported; give start, size "
+                             "and stride for every dimension");
+    int pos = slice_input_position(*s, index);
+    if (pos >= 0) {
+      layer->inputs_[static_cast<std::size_t>(pos)] = t;
+    } else {
+      s->tensor_inputs = static_cast<std::uint8_t>(s->tensor_inputs | (1u << (index - 1)));
+      pos = slice_input_position(*s, index);
+      layer->inputs_.insert(layer->inputs_.begin() + pos, t);
+    }
+  } else if (index == layer->num_inputs()) {
+    layer->inputs_.push_back(t);
+  } else {
+    layer->inputs_[static_cast<std::size_t>(index)] = t;
+  }
   try {
     infer(*layer, layer->params_);
   } catch (...) {
     layer->inputs_ = saved;
+    layer->params_ = saved_params;
     throw;
   }
   reinfer_after(*layer);

@@ -207,9 +207,42 @@ std::vector<TensorDesc> infer_more(const ConcatenationParams& p, std::span<const
   return {{in[0].type, out}};
 }
 
-std::vector<TensorDesc> infer_more(const SliceParams& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts, bool full) {
+std::vector<TensorDesc> infer_more(const SliceParams& given, std::span<const TensorDesc> in, std::span<const InputFacts> facts,
+                                   bool full) {
   const Dims& x = in[0].dims;
   int rank = x.rank();
+  if (given.tensor_inputs > 0xF) invalid("unknown slice inputs " + std::to_string(given.tensor_inputs));
+  if (in.size() != static_cast<std::size_t>(1 + std::popcount(static_cast<unsigned>(given.tensor_inputs))))
+    invalid("the slice has " + std::to_string(in.size()) + " inputs but its parameters name " +
+            std::to_string(1 + std::popcount(static_cast<unsigned>(given.tensor_inputs))));
+  // Start, size and stride from shape tensors: their values when known, else unknown dims.
+  SliceParams p = given;
+  bool known = true;
+  const char* names[] = {"", "start", "size", "stride"};
+  for (int index : {kSliceStart, kSliceSize, kSliceStride}) {
+    int pos = slice_input_position(p, index);
+    if (pos < 0) continue;
+    const TensorDesc& t = in[static_cast<std::size_t>(pos)];
+    if (!is_int(t.type) || t.dims.rank() != 1 || t.dims[0] != rank)
+      invalid("input " + std::to_string(index) + " (" + names[index] + ") is " + tname(t.type) + t.dims.str() +
+              "; it must be a 1-D int32 or int64 shape tensor with one value per input dimension (" + std::to_string(rank) + ")");
+    const auto& values = facts[static_cast<std::size_t>(pos)].values;
+    if (!values) {
+      known = false;
+      continue;
+    }
+    const Dims d{std::span<const std::int64_t>(*values)};
+    (index == kSliceStart ? p.start : index == kSliceSize ? p.size : p.stride) = d;
+  }
+  if (!known) {
+    int size_pos = slice_input_position(p, kSliceSize);
+    if (size_pos >= 0 && !facts[static_cast<std::size_t>(size_pos)].values) {
+      std::vector<std::int64_t> unknown(static_cast<std::size_t>(rank), -1);
+      return {{in[0].type, Dims(std::span<const std::int64_t>(unknown))}};
+    }
+    if (p.size.rank() != rank) invalid("size " + p.size.str() + " must have the input's rank " + std::to_string(rank));
+    return {{in[0].type, p.size}};  // start or stride known at run time only: checked then
+  }
   for (const auto* d : {&p.start, &p.size, &p.stride})
     if (d->rank() != rank)
       invalid("start " + p.start.str() + ", size " + p.size.str() + " and stride " + p.stride.str() +
@@ -227,10 +260,11 @@ std::vector<TensorDesc> infer_more(const SliceParams& p, std::span<const TensorD
     if (full && p.mode != SampleMode::kSTRICT_BOUNDS && p.mode != SampleMode::kFILL && x[i] == 0 && p.size[i] > 0)
       invalid("dimension " + std::to_string(i) + " of the input is empty; only FILL can read from it");
   }
-  if (in.size() > 1) {
-    if (p.mode != SampleMode::kFILL) invalid("input 1 (fill value) is only used by mode FILL");
-    if (in[1].type != in[0].type) invalid("input 1 (fill value) has type " + tname(in[1].type) + "; it must be " + tname(in[0].type));
-    if (in[1].dims.volume() != 1 || !facts[1].is_constant) invalid("input 1 (fill value) must be a constant of one element");
+  if (int pos = slice_input_position(p, kSliceFill); pos >= 0) {
+    const TensorDesc& f = in[static_cast<std::size_t>(pos)];
+    if (full && p.mode != SampleMode::kFILL) invalid("input 4 (fill value) is only used by mode FILL");
+    if (f.type != in[0].type) invalid("input 4 (fill value) has type " + tname(f.type) + "; it must be " + tname(in[0].type));
+    if (f.dims.volume() != 1 && f.dims.all_known()) invalid("input 4 (fill value) " + f.dims.str() + " must hold one element");
   }
   return {{in[0].type, p.size}};
 }

@@ -100,7 +100,7 @@ json params_json(const LayerParams& params) {
           return {{"axis", p.axis}};
         else if constexpr (std::is_same_v<P, SliceParams>)
           return {{"start", dims_json(p.start)}, {"size", dims_json(p.size)}, {"stride", dims_json(p.stride)},
-                  {"mode", enum_name(kSample, p.mode)}};
+                  {"mode", enum_name(kSample, p.mode)}, {"tensor_inputs", p.tensor_inputs}};
         else if constexpr (std::is_same_v<P, GatherParams>)
           return {{"axis", p.axis}, {"mode", enum_name(kGather, p.mode)}, {"num_elementwise_dims", p.num_elementwise_dims}};
         else if constexpr (std::is_same_v<P, PaddingParams>)
@@ -163,7 +163,7 @@ LayerParams params_of(const std::string& layer, const json& j) {
   if (layer == "concatenation") return ConcatenationParams{j.at("axis").get<std::int32_t>()};
   if (layer == "slice")
     return SliceParams{dims_of(j.at("start")), dims_of(j.at("size")), dims_of(j.at("stride")),
-                       enum_value<SampleMode>(kSample, j.at("mode"))};
+                       enum_value<SampleMode>(kSample, j.at("mode")), j.value<std::uint8_t>("tensor_inputs", 0)};
   if (layer == "gather")
     return GatherParams{j.at("axis").get<std::int32_t>(), enum_value<GatherMode>(kGather, j.at("mode")),
                         j.at("num_elementwise_dims").get<std::int32_t>()};

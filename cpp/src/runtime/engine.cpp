@@ -161,6 +161,11 @@ struct Execution::State {
                               " has dynamic dimensions: call set_input_shape first");
     shapes = graph::infer_shapes(p.graph, input_dims, runtime::evaluate_shape_node);
     for (std::size_t v = 0; v < shapes.size(); ++v)
+      if (!shapes[v].dims.all_known())
+        throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' has dims " + shapes[v].dims.str() +
+                              " that depend on tensor values shape inference cannot compute (reshape dims and slice "
+                              "bounds must come from add_shape outputs and constants)");
+    for (std::size_t v = 0; v < shapes.size(); ++v)
       if (p.memory.offsets[v] >= 0 && bytes_of(shapes[v].type, shapes[v].dims) > p.max_bytes[v])
         throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' would need " +
                               std::to_string(bytes_of(shapes[v].type, shapes[v].dims)) + " bytes at these input shapes, more than the " +

@@ -191,8 +191,21 @@ class CpuNodeKernel final : public NodeKernel {
             for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
             cpu::concatenation(graph::concat_axis(p, in[0].dims.rank()), refs, ref(out));
           } else if constexpr (std::is_same_v<P, SliceParams>) {
-            cpu::TensorRef fill = node_.inputs.size() > 1 ? ref(in[1]) : cpu::TensorRef{};
-            cpu::slice(p, ref(in[0]), node_.inputs.size() > 1 ? &fill : nullptr, ref(out));
+            // Start, size and stride given as shape tensors are read from their (host) buffers.
+            SliceParams q = p;
+            for (int index : {kSliceStart, kSliceSize, kSliceStride}) {
+              int pos = slice_input_position(p, index);
+              if (pos < 0) continue;
+              const Buffer& b = in[static_cast<std::size_t>(pos)];
+              std::vector<std::int64_t> v(static_cast<std::size_t>(std::max<std::int64_t>(0, b.dims.volume())));
+              for (std::size_t i = 0; i < v.size(); ++i)
+                v[i] = b.type == DataType::kINT32 ? static_cast<const std::int32_t*>(b.data)[i]
+                                                  : static_cast<const std::int64_t*>(b.data)[i];
+              (index == kSliceStart ? q.start : index == kSliceSize ? q.size : q.stride) = Dims(std::span<const std::int64_t>(v));
+            }
+            int fill_pos = slice_input_position(p, kSliceFill);
+            cpu::TensorRef fill = fill_pos >= 0 ? ref(in[static_cast<std::size_t>(fill_pos)]) : cpu::TensorRef{};
+            cpu::slice(q, ref(in[0]), fill_pos >= 0 ? &fill : nullptr, ref(out));
           } else if constexpr (std::is_same_v<P, GatherParams>) {
             cpu::gather(p, ref(in[0]), ref(in[1]), ref(out));
           } else if constexpr (std::is_same_v<P, TopKParams>) {
@@ -280,6 +293,7 @@ class CpuBackend final : public Backend {
   bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {
     // A shuffle reshaped by a shape tensor knows its dims only at run time: no epilogue.
     if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
+    if (const auto* s = std::get_if<SliceParams>(&producer.params); s && (s->tensor_inputs & 0x7)) return false;
     return std::holds_alternative<ActivationParams>(op.params) || std::holds_alternative<CastParams>(op.params) ||
            std::holds_alternative<ElementWiseParams>(op.params);
   }
