@@ -120,16 +120,17 @@ def test_identity_is_what_open_engine_uses(model):
 
 
 @pytest.mark.parametrize(
-    "change",
+    "make_change",
     [
-        {"name": "linear-2"},
-        {"graph_version": "2"},
-        {"declaration": cm.declaration(opt_rows=8)},  # input shapes
-        {"declaration": cm.declaration(level=1)},  # builder settings
+        lambda: {"name": "linear-2"},
+        lambda: {"graph_version": "2"},
+        lambda: {"declaration": cm.declaration(opt_rows=8)},  # input shapes
+        lambda: {"declaration": cm.declaration(level=1)},  # builder settings
     ],
     ids=["name", "graph_version", "input_shapes", "builder_settings"],
 )
-def test_each_caller_field_changes_the_entry(model, change):
+def test_each_caller_field_changes_the_entry(model, make_change):
+    change = make_change()  # made here: objects in parametrize lists outlive the interpreter's teardown
     base = model.open()
     other = model.open(**change)
     assert other.built and other.identity != base.identity and other.path != base.path
