@@ -55,4 +55,5 @@ NB_MODULE(_native, m) {
   tensoracle::python::bind_network(m);
   tensoracle::python::bind_engine(m);
   tensoracle::python::bind_cache(m);
+  tensoracle::python::bind_convert(m);
 }

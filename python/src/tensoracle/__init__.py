@@ -11,6 +11,8 @@ This package is a thin layer over the C++ core (``tensoracle._native``):
   :class:`TensorSpec` declare the inputs and outputs it must have; :mod:`tensoracle.cache`
   lists, verifies, prunes and clears the folder.
 - :mod:`tensoracle.safetensors` — hardened, zero-copy safetensors reading and atomic writing.
+- :func:`convert_pth` converts a ``torch.save`` checkpoint to safetensors without torch and
+  without running its pickle code; :func:`inspect_pth` lists what is inside.
 - The error classes below, shared by every part of tensoracle.
 """
 
@@ -36,9 +38,11 @@ from tensoracle._native import (  # noqa: E402
     LayerInfo,
     TensorSpec,
     build_serialized_engine,
+    convert_pth,
     cpu_threads,
     default_cache_dir,
     engine_identity,
+    inspect_pth,
     open_engine,
     set_cpu_threads,
     BuildError,
@@ -73,10 +77,12 @@ __all__ = [
     "Network",
     "TensorSpec",
     "build_serialized_engine",
+    "convert_pth",
     "cpu_threads",
     "default_cache_dir",
     "deserialize_engine",
     "engine_identity",
+    "inspect_pth",
     "open_engine",
     "set_cpu_threads",
     "load_engine",
