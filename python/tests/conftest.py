@@ -39,3 +39,25 @@ def cli() -> str:
             pytrace=False,
         )
     return path
+
+
+def cpu_target() -> dict:
+    """The CPU backend's target (backend, arch, device, isa, onednn) as engines record it."""
+    import json
+
+    import tensoracle
+    import tensoracle.trt as trt
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (1,))
+        y = net.add_identity(x).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((1,))}, tensoracle.BuilderSettings(device="cpu"))
+    return json.loads(tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl)).target_json())
+
+
+def onednn_version() -> str:
+    """oneDNN's version in this build of tensoracle ("" when built without it)."""
+    return cpu_target().get("onednn", "")

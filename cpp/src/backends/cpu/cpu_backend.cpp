@@ -286,6 +286,10 @@ class CpuBackend final : public Backend {
     if (t.value("arch", "") != machine_arch())
       throw IncompatibleEngineError("[engine] the engine was built for a " + t.value("arch", std::string("?")) +
                                     " CPU; this machine is " + machine_arch() + "; rebuild it here");
+    // oneDNN tactics (channels-last data between convolutions among them) need oneDNN here.
+    if (!t.value("onednn", std::string()).empty() && cpu::onednn::version().empty())
+      throw IncompatibleEngineError("[engine] the engine was built with oneDNN kernels (oneDNN " + t.value("onednn", std::string()) +
+                                    "); this build of tensoracle has no oneDNN; rebuild the engine here");
   }
 
   std::string unsupported_reason(const graph::Graph&, const graph::Node&) const override { return ""; }

@@ -9,6 +9,17 @@
 // planned at build time, cannot know. The workspace holds only the reordered activations.
 #include "backends/cpu/onednn.h"
 
+#ifndef TENSORACLE_HAVE_ONEDNN
+// Built without oneDNN: no node takes a oneDNN tactic, and an engine that names one (built
+// where oneDNN exists) is refused when the engine is opened (see cpu_backend.cpp's target).
+namespace tensoracle::cpu::onednn {
+bool applicable(const graph::Graph&, const graph::Node&) { return false; }
+bool output_channels_last(const graph::Graph&, const graph::Node&) { return false; }
+std::unique_ptr<Accelerated> make(const graph::Graph&, const graph::Node&) { return nullptr; }
+std::string version() { return ""; }
+}  // namespace tensoracle::cpu::onednn
+#else
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -599,3 +610,5 @@ std::string version() {
 }
 
 }  // namespace tensoracle::cpu::onednn
+
+#endif  // TENSORACLE_HAVE_ONEDNN
