@@ -349,6 +349,20 @@ const Backend& backend_for(const std::string& device) {
   throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda:N' or 'auto'");
 }
 
+namespace {
+
+// Runs node `n` once on host buffers with a workspace of its own.
+void run_on_host(const graph::Graph& g, const graph::Node& n, std::span<const Buffer> in, const Buffer& out) {
+  auto kernel = cpu_backend().instantiate(g, n);
+  std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
+  void* wsp = ws.data();
+  std::size_t space = ws.size();
+  std::align(kAlign, 1, wsp, space);
+  kernel->run(in, out, wsp);
+}
+
+}  // namespace
+
 std::vector<std::int64_t> evaluate_shape_node(const graph::Graph& g, const graph::Node& n,
                                               std::span<const graph::TensorDesc> inputs, const graph::ShapeValues& values,
                                               const graph::TensorDesc& out_desc) {
@@ -369,12 +383,7 @@ std::vector<std::int64_t> evaluate_shape_node(const graph::Graph& g, const graph
   const auto count = static_cast<std::size_t>(out_desc.dims.volume());
   std::vector<std::int64_t> result(std::max<std::size_t>(count, 1));
   Buffer out{result.data(), out_desc.type, out_desc.dims};
-  auto kernel = cpu_backend().instantiate(g, n);
-  std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
-  void* wsp = ws.data();
-  std::size_t space = ws.size();
-  std::align(kAlign, 1, wsp, space);
-  kernel->run(in, out, wsp);
+  run_on_host(g, n, in, out);
   if (out_desc.type == DataType::kINT32) {
     std::vector<std::int64_t> wide(count);
     const auto* p = reinterpret_cast<const std::int32_t*>(result.data());
@@ -395,12 +404,7 @@ Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n) {
   auto count = outv.desc.dims.volume();
   std::vector<std::byte> data(static_cast<std::size_t>(count) * element_size(outv.desc.type) + 1);
   Buffer out{data.data(), outv.desc.type, outv.desc.dims};
-  auto kernel = cpu_backend().instantiate(g, n);
-  std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
-  void* wsp = ws.data();
-  std::size_t space = ws.size();
-  std::align(kAlign, 1, wsp, space);
-  kernel->run(in, out, wsp);
+  run_on_host(g, n, in, out);
   return Weights::copy_of(outv.desc.type, data.data(), count);
 }
 
