@@ -48,6 +48,7 @@ inline std::uint32_t crc32(const Bytes& b) {
 // zip
 
 struct ZipFileSpec {
+  ZipFileSpec(std::string n, Bytes d, std::uint16_t m = 0) : name(std::move(n)), data(std::move(d)), method(m) {}
   std::string name;
   Bytes data;
   std::uint16_t method = 0;

@@ -377,7 +377,9 @@ TEST_F(ConvertTest, ArchiveLayoutIsChecked) {
   CheckpointSpec deflated;  // a storage record someone re-zipped with compression
   Pickle w;
   w.proto(2).op('}').str("w").f32("0", {1}).op('s').stop();
-  auto files = checkpoint_files(w, CheckpointSpec{.storages = {{"0", f32_storage(1)}}});
+  CheckpointSpec one;
+  one.storages = {{"0", f32_storage(1)}};
+  auto files = checkpoint_files(w, one);
   for (auto& f : files)
     if (f.name == "archive/data/0") f.method = 8;
   EXPECT_NE(error<UnsupportedError>(zip_bytes(files)).find("record 'archive/data/0' is compressed"), std::string::npos);
@@ -387,7 +389,7 @@ TEST_F(ConvertTest, ArchiveLayoutIsChecked) {
   named.storages = {{"0", f32_storage(1)}};
   EXPECT_EQ(convert(checkpoint_bytes(w, named)).tensors().size(), 1u);
   // Storage records absent or of the wrong size.
-  EXPECT_NE(error<FormatError>(checkpoint_bytes(w)).find("has no record data/0"), std::string::npos);
+  EXPECT_NE(error<FormatError>(checkpoint_bytes(w)).find("has no record 'data/0'"), std::string::npos);
   CheckpointSpec shortrec;
   shortrec.storages = {{"0", Bytes(3)}};
   EXPECT_NE(error<FormatError>(checkpoint_bytes(w, shortrec)).find("holds 3 bytes"), std::string::npos);

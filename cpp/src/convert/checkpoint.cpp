@@ -19,7 +19,8 @@ using core::quote_name;
 namespace {
 
 constexpr std::uint64_t kMaxVisits = 20'000'000;           // flattening and JSON, in nodes
-constexpr std::uint64_t kMaxMetadataBytes = 64ull << 20;    // all JSON values together
+constexpr std::uint64_t kMaxMetadataBytes = 32ull << 20;    // all JSON values together (escaped
+                                                            // again in the header: < 100 MB)
 constexpr std::size_t kMaxDims = 64;
 
 [[noreturn]] void format_error(const std::string& file, const std::string& message) {
@@ -123,6 +124,19 @@ std::string py_float(double x) {
 }
 
 
+// Python's repr(complex): "(1+2j)", "(1.5-0j)", "2j" (parts without a trailing ".0").
+std::string py_complex(double re, double im) {
+  auto part = [](double x) {
+    std::string s = py_float(x);
+    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+    return s;
+  };
+  std::string i = part(std::fabs(im)) + "j";
+  if (std::isnan(im)) i = "nanj";
+  if (re == 0 && !std::signbit(re)) return (std::signbit(im) && !std::isnan(im) ? "-" : "") + i;
+  return "(" + part(re) + (std::signbit(im) && !std::isnan(im) ? "-" : "+") + i + ")";
+}
+
 std::string hex(std::string_view bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;
@@ -203,7 +217,7 @@ class Walker {
       }
       case Kind::kGlobal: return global_name(v);
       case Kind::kDevice: return "device(type='" + v.device().text + "')";
-      case Kind::kComplex: return "(" + py_float(v.complex().re) + "+" + py_float(v.complex().im) + "j)";
+      case Kind::kComplex: return py_complex(v.complex().re, v.complex().im);
       case Kind::kSlice: {
         Slice& s = v.slice();
         return "slice(" + repr(s.start, depth + 1) + ", " + repr(s.stop, depth + 1) + ", " + repr(s.step, depth + 1) + ")";
@@ -502,7 +516,8 @@ Checkpoint read_checkpoint(std::span<const std::byte> file_bytes, const std::str
   };
   Limits limits;
   limits.max_memory = options.max_pickle_memory;
-  c.pickle = unpickle(pickle, "[pth] " + file + ": " + c.archive + "/data.pkl", lookup, limits);
+  std::string pkl_name = quote_name(c.archive + "/data.pkl");  // control bytes escaped, long names cut
+  c.pickle = unpickle(pickle, "[pth] " + file + ": " + pkl_name.substr(1, pkl_name.size() - 2), lookup, limits);
 
   Value root = c.pickle.root;
   if (root.kind == Kind::kTensor)

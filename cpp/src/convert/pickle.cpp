@@ -742,7 +742,7 @@ class Machine {
     }
     auto record = lookup_(key);
     if (!record)
-      fail("storage " + core::quote_name(key) + " has no record data/" + key + " in the archive");
+      fail("storage " + core::quote_name(key) + " has no record " + core::quote_name("data/" + key) + " in the archive");
     std::uint64_t nbytes;
     if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(dtype_info(dtype).itemsize), &nbytes) ||
         nbytes != record->bytes.size())
