@@ -132,6 +132,15 @@ TEST_F(ConvertTest, KeySelectionAndPrefixes) {
   o.key = "state_dict.step";
   EXPECT_NE(error<InvalidArgument>(ck, o).find("is a int, not a dict of tensors"), std::string::npos);
 
+  Pickle reserved;  // safetensors keeps this name for its metadata (found by fuzz_pth)
+  reserved.proto(2).op('}').str("__metadata__").f32("0", {2}).op('s').stop();
+  EXPECT_NE(error<UnsupportedError>(checkpoint_bytes(reserved, s)).find("reserves the name '__metadata__'"), std::string::npos);
+  ConvertOptions strip_to_reserved;
+  strip_to_reserved.strip_prefix = "x.";
+  Pickle reserved2;
+  reserved2.proto(2).op('}').str("x.__metadata__").f32("0", {2}).op('s').stop();
+  EXPECT_NE(error<UnsupportedError>(checkpoint_bytes(reserved2, s), strip_to_reserved).find("'x.__metadata__'"), std::string::npos);
+
   Pickle q;  // prefix stripping that makes two names equal
   q.proto(2).op('}').mark().str("module.a").f32("0", {2}).str("a").f32("1", {2}).op('u').stop();
   ConvertOptions strip;

@@ -554,6 +554,10 @@ Checkpoint read_checkpoint(std::span<const std::byte> file_bytes, const std::str
   std::unordered_map<std::string, std::string> tensor_names;  // name -> path
   for (auto& e : c.tensors) {
     strip(e.name);
+    if (e.name == "__metadata__")
+      unsupported(file, "tensor " + quote_name(e.path) +
+                            ": safetensors reserves the name '__metadata__' for its metadata entry; "
+                            "select a sub-dict with the key option or rename the tensor in torch");
     auto [it, fresh] = tensor_names.emplace(e.name, e.path);
     if (!fresh) {
       if (it->second != e.path && !options.strip_prefix.empty())
