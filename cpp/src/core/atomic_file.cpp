@@ -88,14 +88,20 @@ void AtomicFile::commit(Replace replace) {
   if (::close(fd) != 0) fail("cannot close", errno);
   if (replace == Replace::kYes) {
     if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename the temporary file into place", errno);
-  } else if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_NOREPLACE) != 0) {
-    int err = errno;
+  } else {
+#ifdef RENAME_NOREPLACE
+    int err = ::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_NOREPLACE) == 0 ? 0 : errno;
+#else
+    int err = ENOSYS;
+#endif
     if (err == EEXIST) fail("already exists (not replaced)", EEXIST);
-    if (err != EINVAL && err != ENOSYS) fail("cannot rename the temporary file into place", err);
-    // No RENAME_NOREPLACE on this file system: link() refuses an existing name too.
-    if (::link(temp_.c_str(), dest_.c_str()) != 0)
-      fail(errno == EEXIST ? "already exists (not replaced)" : "cannot link the temporary file into place", errno);
-    ::unlink(temp_.c_str());
+    if (err != 0 && err != EINVAL && err != ENOSYS) fail("cannot rename the temporary file into place", err);
+    if (err != 0) {
+      // No RENAME_NOREPLACE here: link() refuses an existing name too.
+      if (::link(temp_.c_str(), dest_.c_str()) != 0)
+        fail(errno == EEXIST ? "already exists (not replaced)" : "cannot link the temporary file into place", errno);
+      ::unlink(temp_.c_str());
+    }
   }
   temp_.clear();  // now the destination: never unlink it
   int dir = ::open(folder_of(dest_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
