@@ -16,6 +16,10 @@ Command add_inspect(CLI::App& app);
 //  [--dtype keep|float32|float16|bfloat16] [--force]`
 Command add_convert(CLI::App& app);
 
+// `tensoracle bench ENGINE [--iterations N] [--warmup N] [--shape NAME=DIMS]... [--threads N]
+//  [--per-layer] [--json]`
+Command add_bench(CLI::App& app);
+
 // `tensoracle cache list [--json] | verify | prune --older-than DAYS | --max-size SIZE |
 // clear [--name NAME]`, each with [--dir DIR]
 Command add_cache(CLI::App& app);

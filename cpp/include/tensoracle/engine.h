@@ -128,6 +128,9 @@ class Execution {
   // completes before enqueue returns). Throws InvalidArgument when an input shape is unset or
   // an address is missing.
   void enqueue(void* stream = nullptr);
+  // enqueue() that also measures each node: seconds per entry of Engine::layers(), in order
+  // (wall time around each node's kernels; the per-layer view of `tensoracle bench`).
+  std::vector<double> enqueue_profiled(void* stream = nullptr);
 
   // Convenience: sets shapes and addresses from `inputs` (types must match exactly), allocates
   // outputs, runs, returns them by name.
@@ -139,6 +142,7 @@ class Execution {
 
  private:
   friend class Engine;
+  void run_nodes(void* stream, std::vector<double>* seconds);
   explicit Execution(std::unique_ptr<State> s);
   std::unique_ptr<State> state_;
 };

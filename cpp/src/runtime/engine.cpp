@@ -1,5 +1,6 @@
 #include "tensoracle/engine.h"
 
+#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
@@ -222,7 +223,15 @@ Dims Execution::tensor_shape(std::string_view name) const {
 
 void Execution::set_tensor_address(std::string_view name, void* data) { state_->addresses[state_->io(name)] = data; }
 
-void Execution::enqueue(void* stream) {
+void Execution::enqueue(void* stream) { run_nodes(stream, nullptr); }
+
+std::vector<double> Execution::enqueue_profiled(void* stream) {
+  std::vector<double> seconds;
+  run_nodes(stream, &seconds);
+  return seconds;
+}
+
+void Execution::run_nodes(void* stream, std::vector<double>* seconds) {
   if (stream != nullptr) throw InvalidArgument("[execution] the CPU backend takes no stream (pass none)");
   auto& s = *state_;
   s.infer();
@@ -251,7 +260,9 @@ void Execution::enqueue(void* stream) {
       in.push_back({ptr[u], s.shapes[u].type, s.shapes[u].dims});
     }
     auto o = static_cast<std::size_t>(node.output);
+    const auto start = seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     kernels[n]->run(in, {ptr[o], s.shapes[o].type, s.shapes[o].dims}, workspace);
+    if (seconds) seconds->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 }
 

@@ -1,0 +1,223 @@
+// `tensoracle bench ENGINE [--iterations N] [--warmup N] [--shape NAME=DIMS]... [--threads N]
+//  [--per-layer] [--json]`: latency percentiles, throughput and memory of one execution.
+//
+// Inputs are filled once before timing: floating inputs uniform in [-1, 1) (seeded), integer
+// and bool inputs zero (a valid index for any gather). Dynamic inputs take the profile's opt
+// shape unless --shape gives one. Each timed iteration is one enqueue() (the CPU backend runs
+// to completion inside it); --per-layer then runs the same number of profiled iterations and
+// reports each fused node's median.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "tensoracle/engine.h"
+#include "tensoracle/errors.h"
+#include "tools/commands.h"
+
+namespace tensoracle::tools {
+
+namespace {
+
+struct Options {
+  std::string path;
+  int iterations = 100;
+  int warmup = 10;
+  int threads = 0;
+  bool per_layer = false;
+  bool json = false;
+  std::vector<std::string> shapes;
+};
+
+// "images=8x3x224x224" (or with commas) -> ("images", dims).
+std::pair<std::string, Dims> parse_shape(const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    throw InvalidArgument("[bench] --shape '" + spec + "': write NAME=D1xD2x... (for example images=8x3x224x224)");
+  std::vector<std::int64_t> dims;
+  std::string rest = spec.substr(eq + 1);
+  std::size_t at = 0;
+  while (at <= rest.size()) {
+    std::size_t end = rest.find_first_of("x,", at);
+    if (end == std::string::npos) end = rest.size();
+    std::string part = rest.substr(at, end - at);
+    if (part.empty() || part.size() > 12 || part.find_first_not_of("0123456789") != std::string::npos)
+      throw InvalidArgument("[bench] --shape '" + spec + "': '" + part + "' is not a dimension");
+    dims.push_back(std::stoll(part));
+    at = end + 1;
+  }
+  if (dims.size() > static_cast<std::size_t>(Dims::kMaxRank))
+    throw InvalidArgument("[bench] --shape '" + spec + "': more than " + std::to_string(Dims::kMaxRank) + " dimensions");
+  return {spec.substr(0, eq), Dims(std::span<const std::int64_t>(dims))};
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0;
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+void fill(std::vector<std::byte>& bytes, DataType type, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const std::size_t n = bytes.size() / element_size(type);
+  auto* p = bytes.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = u(rng);
+    switch (type) {
+      case DataType::kFLOAT: std::memcpy(p + i * 4, &v, 4); break;
+      case DataType::kHALF: {
+        auto h = core::float_to_half(v);
+        std::memcpy(p + i * 2, &h, 2);
+        break;
+      }
+      case DataType::kBF16: {
+        auto h = core::float_to_bf16(v);
+        std::memcpy(p + i * 2, &h, 2);
+        break;
+      }
+      default: break;  // integers, bool, quantized types: zeros
+    }
+  }
+}
+
+int run(const Options& o) {
+  if (o.iterations < 1 || o.warmup < 0)
+    throw InvalidArgument("[bench] --iterations must be >= 1 and --warmup >= 0");
+  if (o.threads < 0) throw InvalidArgument("[bench] --threads must be >= 0 (0: all cores)");
+  if (o.threads > 0) set_cpu_threads(o.threads);
+  Engine engine = Engine::load(o.path);
+  Execution ex = engine.create_execution();
+  std::map<std::string, Dims> given;
+  for (const auto& s : o.shapes) {
+    auto [name, dims] = parse_shape(s);
+    const auto& t = engine.io_tensor(name);  // throws for an unknown name
+    if (t.mode != TensorIOMode::kINPUT) throw InvalidArgument("[bench] --shape: '" + name + "' is an output, not an input");
+    given[name] = dims;
+  }
+  std::mt19937 rng(12345);
+  std::vector<std::vector<std::byte>> buffers;
+  nlohmann::ordered_json inputs = nlohmann::ordered_json::object();
+  std::uint64_t io_bytes = 0;
+  for (const auto& t : engine.io_tensors()) {
+    if (t.mode != TensorIOMode::kINPUT) continue;
+    Dims d = given.count(t.name) ? given[t.name] : t.opt;
+    ex.set_input_shape(t.name, d);  // checks the profile
+    inputs[t.name] = d.vec();
+  }
+  for (const auto& t : engine.io_tensors()) {
+    Dims d = ex.tensor_shape(t.name);
+    buffers.emplace_back(static_cast<std::size_t>(std::max<std::int64_t>(d.volume(), 0)) * element_size(t.type) + 1);
+    io_bytes += buffers.back().size() - 1;
+    if (t.mode == TensorIOMode::kINPUT) fill(buffers.back(), t.type, rng);
+    ex.set_tensor_address(t.name, buffers.back().data());
+  }
+  for (int i = 0; i < o.warmup; ++i) ex.enqueue();
+  std::vector<double> ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iterations; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    ex.enqueue();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
+  std::int64_t batch = 1;
+  for (const auto& t : engine.io_tensors())
+    if (t.mode == TensorIOMode::kINPUT && ex.tensor_shape(t.name).rank() > 0) {
+      batch = ex.tensor_shape(t.name)[0];
+      break;
+    }
+
+  auto layers = engine.layers();
+  std::vector<double> layer_ms(layers.size(), 0.0);
+  if (o.per_layer) {
+    std::vector<std::vector<double>> samples(layers.size());
+    for (int i = 0; i < o.iterations; ++i) {
+      auto s = ex.enqueue_profiled();
+      for (std::size_t k = 0; k < s.size() && k < samples.size(); ++k) samples[k].push_back(s[k] * 1e3);
+    }
+    for (std::size_t k = 0; k < layers.size(); ++k) layer_ms[k] = percentile(samples[k], 0.5);
+  }
+  const double layer_sum = std::accumulate(layer_ms.begin(), layer_ms.end(), 0.0);
+
+  nlohmann::ordered_json j;
+  j["engine"] = o.path;
+  j["device"] = nlohmann::json::parse(engine.target_json()).value("device", std::string("?"));
+  j["threads"] = cpu_threads();
+  j["inputs"] = inputs;
+  j["iterations"] = o.iterations;
+  j["warmup"] = o.warmup;
+  j["latency_ms"] = {{"median", percentile(ms, 0.5)}, {"p90", percentile(ms, 0.9)}, {"p99", percentile(ms, 0.99)},
+                     {"mean", mean}, {"min", *std::min_element(ms.begin(), ms.end())},
+                     {"max", *std::max_element(ms.begin(), ms.end())}};
+  j["throughput"] = {{"inferences_per_s", static_cast<double>(o.iterations) / total_s},
+                     {"batch", batch},
+                     {"items_per_s", static_cast<double>(o.iterations * batch) / total_s}};
+  j["memory_bytes"] = {{"weights", engine.weight_bytes()}, {"activations", engine.activation_bytes()}, {"io", io_bytes}};
+  if (o.per_layer) {
+    auto& out = j["layers"] = nlohmann::ordered_json::array();
+    for (std::size_t k = 0; k < layers.size(); ++k)
+      out.push_back({{"name", layers[k].name}, {"type", layers[k].type}, {"tactic", layers[k].tactic},
+                     {"fused", layers[k].fused}, {"median_ms", layer_ms[k]},
+                     {"share", layer_sum > 0 ? layer_ms[k] / layer_sum : 0.0}});
+  }
+  if (o.json) {
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("engine:     {} ({})\n", o.path, j["device"].get<std::string>());
+  std::string in_text;
+  for (const auto& [name, dims] : inputs.items()) in_text += (in_text.empty() ? "" : ", ") + name + " " + dims.dump();
+  fmt::print("inputs:     {}; {} thread(s); {} warm-up + {} timed iterations\n", in_text, cpu_threads(), o.warmup, o.iterations);
+  fmt::print("latency:    median {:.3f} ms, p90 {:.3f}, p99 {:.3f}, mean {:.3f}, min {:.3f}, max {:.3f}\n",
+             percentile(ms, 0.5), percentile(ms, 0.9), percentile(ms, 0.99), mean, j["latency_ms"]["min"].get<double>(),
+             j["latency_ms"]["max"].get<double>());
+  fmt::print("throughput: {:.1f} inferences/s, {:.1f} items/s (batch {})\n", static_cast<double>(o.iterations) / total_s,
+             static_cast<double>(o.iterations * batch) / total_s, batch);
+  fmt::print("memory:     weights {} B, activations {} B, inputs + outputs {} B\n", engine.weight_bytes(),
+             engine.activation_bytes(), io_bytes);
+  if (o.per_layer) {
+    std::vector<std::size_t> order(layers.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return layer_ms[a] > layer_ms[b]; });
+    fmt::print("\nper layer (median of {} profiled runs; sum {:.3f} ms):\n", o.iterations, layer_sum);
+    fmt::print("  {:>9}  {:>6}  {:<28} {:<16} {}\n", "ms", "share", "node", "type", "tactic + fused");
+    for (std::size_t k : order) {
+      std::string fused;
+      for (const auto& f : layers[k].fused) fused += (fused.empty() ? " + " : ", ") + f;
+      fmt::print("  {:>9.3f}  {:>5.1f}%  {:<28} {:<16} {}{}\n", layer_ms[k], layer_sum > 0 ? 100 * layer_ms[k] / layer_sum : 0.0,
+                 layers[k].name, layers[k].type, layers[k].tactic, fused);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto* sub = app.add_subcommand("bench", "Time an engine on this machine: latency (median, p90, p99, mean), throughput "
+                                          "and memory; --per-layer times each fused node");
+  auto o = std::make_shared<Options>();
+  sub->add_option("ENGINE", o->path, "engine file")->required();
+  sub->add_option("--iterations", o->iterations, "timed iterations (default 100)");
+  sub->add_option("--warmup", o->warmup, "untimed iterations first (default 10)");
+  sub->add_option("--shape", o->shapes, "NAME=D1xD2x... for a dynamic input (default: the profile's opt)");
+  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  sub->add_flag("--per-layer", o->per_layer, "also time each fused node");
+  sub->add_flag("--json", o->json, "print JSON instead of text");
+  return [o] { return run(*o); };
+}
+
+}  // namespace tensoracle::tools
