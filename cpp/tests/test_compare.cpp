@@ -373,6 +373,9 @@ TEST(ErrorDistribution, HistogramSampleAndLargestErrors) {
   for (auto [m, e] : d.points) outlier |= e == 5.0;
   EXPECT_TRUE(outlier);
   EXPECT_THROW(error_distribution(ArrayView::of(c.data(), {n}), ArrayView::of(r.data(), {n}), 0), InvalidArgument);
+  // A small array: every pair once (the largest errors are not drawn twice).
+  ErrorDistribution small = error_distribution(ArrayView::of(c.data(), {50}), ArrayView::of(r.data(), {50}), 10, 500);
+  EXPECT_EQ(small.points.size(), 49u);  // 50 pairs, one NaN
 }
 
 }  // namespace

@@ -20,6 +20,9 @@ Command add_convert(CLI::App& app);
 //  [--per-layer] [--json]`
 Command add_bench(CLI::App& app);
 
+// `tensoracle compare CANDIDATE REFERENCE [--atol A --rtol R] [--json] [--plot FILE.svg]`
+Command add_compare(CLI::App& app);
+
 // `tensoracle cache list [--json] | verify | prune --older-than DAYS | --max-size SIZE |
 // clear [--name NAME]`, each with [--dir DIR]
 Command add_cache(CLI::App& app);

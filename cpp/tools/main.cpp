@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add(tensoracle::tools::add_inspect);
   add(tensoracle::tools::add_convert);
   add(tensoracle::tools::add_cache);
+  add(tensoracle::tools::add_compare);
   add(tensoracle::tools::add_bench);
   try {
     app.parse(argc, argv);

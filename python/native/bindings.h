@@ -11,5 +11,6 @@ void bind_network(nanobind::module_& m);
 void bind_engine(nanobind::module_& m);
 void bind_cache(nanobind::module_& m);
 void bind_convert(nanobind::module_& m);
+void bind_compare(nanobind::module_& m);
 
 }  // namespace tensoracle::python

@@ -56,4 +56,5 @@ NB_MODULE(_native, m) {
   tensoracle::python::bind_engine(m);
   tensoracle::python::bind_cache(m);
   tensoracle::python::bind_convert(m);
+  tensoracle::python::bind_compare(m);
 }

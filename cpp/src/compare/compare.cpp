@@ -148,7 +148,7 @@ decltype(auto) with_loader(Dtype dtype, const std::string& label, F&& f) {
     case Dtype::U64: return f(LoadPlain<std::uint64_t>{});
     case Dtype::BOOL: return f(LoadBool{});
     default:
-      throw UnsupportedError(prefix(label) + "dtype " + std::string(safetensors::dtype_name(dtype)) +
+      throw UnsupportedError(prefix(label) + "dtype " + std::string(numpy_name(dtype)) +
                              " is not supported (float64/32/16, bfloat16, the fp8 types, integers "
                              "and bool are)");
   }
@@ -492,8 +492,9 @@ ErrorDistribution error_distribution(const ArrayView& candidate, const ArrayView
         int b = width > 0 && std::isfinite(e / width) ? static_cast<int>(e / width) : 0;
         ++p.histogram[static_cast<std::size_t>(std::clamp(b, 0, bins - 1))];
         const Point pt{std::fabs(y), e};
-        if (i % stride == 0) p.sample.push_back(pt);
-        if (n_largest > 0) {
+        if (i % stride == 0) {
+          p.sample.push_back(pt);
+        } else if (n_largest > 0) {  // the largest errors among the pairs not sampled
           if (heap.size() < n_largest) heap.push(pt);
           else if (e > heap.top().error) {
             heap.pop();

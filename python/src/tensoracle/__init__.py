@@ -11,6 +11,9 @@ This package is a thin layer over the C++ core (``tensoracle._native``):
   :class:`TensorSpec` declare the inputs and outputs it must have; :mod:`tensoracle.cache`
   lists, verifies, prunes and clears the folder.
 - :mod:`tensoracle.safetensors` — hardened, zero-copy safetensors reading and atomic writing.
+- :func:`compare_outputs` measures a candidate output against a reference output (max absolute
+  error, relative L2 error, cosine similarity, non-finite and outside-tolerance counts): the
+  quality gate for lower precisions; it returns an :class:`OutputComparison`.
 - :func:`convert_pth` converts a ``torch.save`` checkpoint to safetensors without torch and
   without running its pickle code; :func:`inspect_pth` lists what is inside.
 - The error classes below, shared by every part of tensoracle.
@@ -36,8 +39,10 @@ from tensoracle._native import (  # noqa: E402
     INetworkDefinition as Network,
     IOTensorInfo,
     LayerInfo,
+    OutputComparison,
     TensorSpec,
     build_serialized_engine,
+    compare_outputs,
     convert_pth,
     cpu_threads,
     default_cache_dir,
@@ -75,8 +80,10 @@ __all__ = [
     "IOTensorInfo",
     "LayerInfo",
     "Network",
+    "OutputComparison",
     "TensorSpec",
     "build_serialized_engine",
+    "compare_outputs",
     "convert_pth",
     "cpu_threads",
     "default_cache_dir",
