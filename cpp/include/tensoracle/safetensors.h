@@ -238,11 +238,15 @@ std::vector<std::byte> serialize(const std::vector<TensorData>& tensors,
 // The header is written first (every size follows from the shapes), then each tensor's
 // bytes in data-section order, each by one call of its `write` function.
 
-// Receives one tensor's bytes, in order. write() throws InvalidArgument if the tensor's byte
-// length would be exceeded, IoError if the file cannot be written.
+// Receives one tensor's bytes, in order. Both functions throw InvalidArgument if the tensor's
+// byte length would be exceeded, IoError if a file cannot be read or written.
 class ByteSink {
  public:
   virtual void write(std::span<const std::byte> bytes) = 0;
+  // The same as write() of `length` bytes at `offset` of the open file `fd`, copied by the
+  // kernel where it can (copy_file_range, when the destination is a file): no pass through
+  // this process's memory. `fd` is only read (pread semantics: its file offset is unchanged).
+  virtual void write_from_file(int fd, std::uint64_t offset, std::uint64_t length);
 
  protected:
   ~ByteSink() = default;

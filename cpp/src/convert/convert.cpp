@@ -1,11 +1,16 @@
 // tensoracle::convert_pth and inspect_pth (see tensoracle/convert.h).
 #include "tensoracle/convert.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <map>
 
 #include "convert/checkpoint.h"
 #include "convert/writer.h"
+#include "core/file_stat.h"
 #include "core/mapped_file.h"
 
 namespace tensoracle {
@@ -37,6 +42,24 @@ void check_options(const ConvertOptions& o) {
     throw InvalidArgument("[convert] max_pickle_memory must be at least 1 MiB");
 }
 
+// A read-only descriptor of `path`, kept only if it names the file `mapped` describes.
+struct ReadFd {
+  int fd = -1;
+  ReadFd(const std::filesystem::path& path, const core::FileStat& mapped) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st {};
+    if (fd >= 0 && (::fstat(fd, &st) != 0 || !(core::FileStat::of(st) == mapped))) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~ReadFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  ReadFd(const ReadFd&) = delete;
+  ReadFd& operator=(const ReadFd&) = delete;
+};
+
 }  // namespace
 
 ConvertReport convert_pth(const std::filesystem::path& in, const std::filesystem::path& out,
@@ -49,7 +72,11 @@ ConvertReport convert_pth(const std::filesystem::path& in, const std::filesystem
                   EEXIST, out.string());
   core::MappedFile map(in, false, "pth");
   pth::Checkpoint c = pth::read_checkpoint(map.bytes(), in.string(), options);
-  pth::Output o = pth::plan_output(c, options, /*release_pages=*/true);
+  // The file open once more, so that contiguous tensors are copied by the kernel
+  // (copy_file_range) — if it is still the file that was mapped; else copies come from the map.
+  ReadFd fd(in, map.stat());
+  pth::InputFile input{map.bytes().data(), fd.fd};
+  pth::Output o = pth::plan_output(c, options, &input);
   safetensors::save_file_streaming(out, o.sources, o.metadata, options.overwrite);
   return o.report;
 }

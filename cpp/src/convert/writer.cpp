@@ -141,11 +141,11 @@ class ElementWalker {
 // Writes one tensor's bytes as the output wants them.
 class TensorWriter {
  public:
-  TensorWriter(const Entry& e, st::Dtype out_dtype, bool big_endian, bool release_pages,
+  TensorWriter(const Entry& e, st::Dtype out_dtype, bool big_endian, const InputFile* input,
                std::shared_ptr<ConvertProgress> progress, std::function<void(const ConvertProgress&)> report)
       : e_(e), t_(*e.tensor), info_(dtype_info(t_.dtype)), out_dtype_(out_dtype),
         swap_(big_endian && info_.swap_unit > 1), cast_(info_.castable && out_dtype != *info_.st),
-        release_(release_pages), progress_(std::move(progress)), report_(std::move(report)) {}
+        release_(input != nullptr), input_(input), progress_(std::move(progress)), report_(std::move(report)) {}
 
   void operator()(st::ByteSink& out) {
     if (e_.numel > 0) {
@@ -170,8 +170,12 @@ class TensorWriter {
     const std::byte* p = t_.storage->data.data() + static_cast<std::uint64_t>(t_.offset) * is;
     for (std::uint64_t left = e_.nbytes; left > 0;) {
       std::uint64_t n = std::min(left, kChunkBytes);
-      out.write({p, static_cast<std::size_t>(n)});
-      if (release_) release(p, n);
+      if (input_ && input_->fd >= 0) {
+        out.write_from_file(input_->fd, static_cast<std::uint64_t>(p - input_->mapping), n);
+      } else {
+        out.write({p, static_cast<std::size_t>(n)});
+        if (release_) release(p, n);
+      }
       p += n;
       left -= n;
       advance(n);
@@ -213,13 +217,14 @@ class TensorWriter {
   const TorchDtypeInfo& info_;
   st::Dtype out_dtype_;
   bool swap_, cast_, release_;
+  const InputFile* input_;
   std::shared_ptr<ConvertProgress> progress_;
   std::function<void(const ConvertProgress&)> report_;
 };
 
 }  // namespace
 
-Output plan_output(const Checkpoint& c, const ConvertOptions& options, bool release_pages) {
+Output plan_output(const Checkpoint& c, const ConvertOptions& options, const InputFile* input) {
   Output o;
   o.progress = std::make_shared<ConvertProgress>();
   o.metadata = output_metadata(c);
@@ -236,7 +241,7 @@ Output plan_output(const Checkpoint& c, const ConvertOptions& options, bool rele
     o.report.tensor_bytes += out_bytes;
     if (!e.contiguous && e.numel > 0) ++o.report.views_made_contiguous;
     o.sources.push_back({e.name, dtype, std::move(shape),
-                         TensorWriter(e, dtype, big, release_pages, o.progress, options.progress)});
+                         TensorWriter(e, dtype, big, input, o.progress, options.progress)});
   }
   o.progress->tensors_total = c.tensors.size();
   o.report.tensors = c.tensors.size();

@@ -5,7 +5,9 @@
 
 #include <cerrno>
 #include <cstdio>  // renameat2, RENAME_NOREPLACE (glibc >= 2.28)
+#include <algorithm>
 #include <random>
+#include <vector>
 
 #include "core/mapped_file.h"
 #include "tensoracle/errors.h"
@@ -77,6 +79,35 @@ void AtomicFile::write(std::span<const std::byte> bytes) {
     }
     if (n == 0) fail("cannot write", EIO);
     bytes = bytes.subspan(static_cast<std::size_t>(n));
+  }
+}
+
+void AtomicFile::copy_from(int in, std::uint64_t offset, std::uint64_t length) {
+  if (fd_ < 0) throw IoError("[" + component_ + "] " + dest_.string() + ": write after commit", EBADF, dest_.string());
+#ifdef __linux__
+  // In the kernel: no copy through user memory. Not every pair of file systems supports it
+  // (EXDEV, EINVAL, EOPNOTSUPP, ...): then the loop below does the rest.
+  while (length > 0) {
+    auto off = static_cast<off_t>(offset);
+    ssize_t n = ::copy_file_range(in, &off, fd_, nullptr, std::min<std::uint64_t>(length, std::uint64_t{1} << 30), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // an error (fall back), or the end of `in` (the fallback says so)
+    offset += static_cast<std::uint64_t>(n);
+    length -= static_cast<std::uint64_t>(n);
+  }
+#endif
+  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(length, std::uint64_t{1} << 20)));
+  while (length > 0) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length, buffer.size()));
+    ssize_t n = ::pread(in, buffer.data(), want, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot read the data to copy", errno);
+    }
+    if (n == 0) fail("the data to copy ends early (was its file truncated?)", EIO);
+    write(std::span(buffer).first(static_cast<std::size_t>(n)));
+    offset += static_cast<std::uint64_t>(n);
+    length -= static_cast<std::uint64_t>(n);
   }
 }
 

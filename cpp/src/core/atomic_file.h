@@ -24,6 +24,10 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(std::span<const std::byte> bytes);
+  // Appends `length` bytes at `offset` of the open file `in` (its file offset is unchanged):
+  // copy_file_range where the kernel has it for these files, else pread and write. IoError
+  // (EIO) if `in` ends early.
+  void copy_from(int in, std::uint64_t offset, std::uint64_t length);
 
   // Whether commit() may replace an existing destination. kNo fails with IoError EEXIST
   // instead, atomically (renameat2 RENAME_NOREPLACE, or link + unlink where the file system

@@ -1,9 +1,12 @@
 // safetensors reader (validating parser over a memory map) and atomic writer.
 #include "tensoracle/safetensors.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -625,17 +628,54 @@ std::array<std::byte, 8> length_prefix(std::uint64_t n) {
   return b;
 }
 
+// Reads `length` bytes at `offset` of `fd` in chunks of at most 1 MiB, passing each to `put`.
+template <typename Put>
+void read_range(int fd, std::uint64_t offset, std::uint64_t length, Put&& put) {
+  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(length, std::uint64_t{1} << 20)));
+  while (length > 0) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length, buffer.size()));
+    ssize_t n = ::pread(fd, buffer.data(), want, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw IoError("[safetensors] cannot read the data to copy: " + std::string(std::strerror(errno)), errno, "");
+    if (n == 0) throw IoError("[safetensors] the data to copy ends early (was its file truncated?)", EIO, "");
+    put(std::span(buffer).first(static_cast<std::size_t>(n)));
+    offset += static_cast<std::uint64_t>(n);
+    length -= static_cast<std::uint64_t>(n);
+  }
+}
+
+// Where streamed bytes go: a file being written atomically, or memory.
+struct FileOut {
+  core::AtomicFile& file;
+  void bytes(std::span<const std::byte> b) { file.write(b); }
+  void copy(int fd, std::uint64_t offset, std::uint64_t length) { file.copy_from(fd, offset, length); }
+};
+struct MemoryOut {
+  std::vector<std::byte>& out;
+  void bytes(std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); }
+  void copy(int fd, std::uint64_t offset, std::uint64_t length) {
+    read_range(fd, offset, length, [this](std::span<const std::byte> b) { bytes(b); });
+  }
+};
+
 // Forwards one tensor's bytes to `out`, holding the source to its byte length.
 template <typename Out>
 class CountingSink final : public ByteSink {
  public:
   CountingSink(Out& out, const Item& item) : out_(out), item_(item) {}
   void write(std::span<const std::byte> bytes) override {
-    if (bytes.size() > item_.nbytes - written_)
+    take(bytes.size());
+    out_.bytes(bytes);
+  }
+  void write_from_file(int fd, std::uint64_t offset, std::uint64_t length) override {
+    take(length);
+    out_.copy(fd, offset, length);
+  }
+  void take(std::uint64_t n) {
+    if (n > item_.nbytes - written_)
       throw InvalidArgument("[safetensors] tensor " + quote_name(*item_.name) + ": its source wrote more than " +
                             std::to_string(item_.nbytes) + " bytes");
-    out_(bytes);
-    written_ += bytes.size();
+    written_ += n;
   }
   void finish() const {
     if (written_ != item_.nbytes)
@@ -659,6 +699,10 @@ void stream_tensors(const Layout& l, const std::vector<TensorSource>& tensors, O
 }
 
 }  // namespace
+
+void ByteSink::write_from_file(int fd, std::uint64_t offset, std::uint64_t length) {
+  read_range(fd, offset, length, [this](std::span<const std::byte> b) { write(b); });
+}
 
 std::vector<std::byte> serialize(const std::vector<TensorData>& tensors, const std::optional<Metadata>& metadata) {
   Layout l = layout(tensors, metadata);
@@ -692,8 +736,8 @@ void save_file_streaming(const std::filesystem::path& path, const std::vector<Te
   core::AtomicFile out(path, "safetensors");
   out.write(length_prefix(l.header.size()));
   out.write(std::as_bytes(std::span(l.header)));
-  auto put = [&out](std::span<const std::byte> b) { out.write(b); };
-  stream_tensors(l, tensors, put);
+  FileOut sink{out};
+  stream_tensors(l, tensors, sink);
   out.commit(replace_existing ? core::AtomicFile::Replace::kYes : core::AtomicFile::Replace::kNo);
 }
 
@@ -701,10 +745,10 @@ std::vector<std::byte> serialize_streaming(const std::vector<TensorSource>& tens
                                            const std::optional<Metadata>& metadata) {
   Layout l = layout(tensors, metadata);
   std::vector<std::byte> out;
-  auto put = [&out](std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); };
-  put(length_prefix(l.header.size()));
-  put(std::as_bytes(std::span(l.header)));
-  stream_tensors(l, tensors, put);
+  MemoryOut sink{out};
+  sink.bytes(length_prefix(l.header.size()));
+  sink.bytes(std::as_bytes(std::span(l.header)));
+  stream_tensors(l, tensors, sink);
   return out;
 }
 
