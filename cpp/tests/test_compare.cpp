@@ -94,7 +94,9 @@ TEST(Compare, MetricsMatchADirectComputation) {
     EXPECT_NEAR(*got.cosine_similarity, want.cosine, 1e-13) << n;
     EXPECT_EQ(*got.outside_tolerance_count, want.outside) << n;
     EXPECT_DOUBLE_EQ(*got.outside_tolerance_fraction, static_cast<double>(want.outside) / n);
-    if (n >= 1000) EXPECT_GT(want.outside, 0);  // the tolerance cuts through the errors
+    if (n >= 1000) {
+      EXPECT_GT(want.outside, 0);  // the tolerance cuts through the errors
+    }
   }
 }
 

@@ -321,3 +321,31 @@ def test_result_object():
         got.max_absolute_error = 0.0
     for field in FIELDS:
         assert getattr(got, field) == d[field] or field == "dtype"
+
+
+def test_avx2_and_baseline_kernels_agree_bit_for_bit(tmp_path):
+    """On x86 the kernel runs as AVX2 where the CPU has it; TENSORACLE_COMPARE_NO_AVX2 forces the
+    baseline build of the same loop. Lanes and rounding are the same, so are the results."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    candidate, reference = sample(np.float32, (1_000_003,), seed=11, noise=1e-2)
+    np.save(tmp_path / "c.npy", candidate)
+    np.save(tmp_path / "r.npy", reference)
+    script = (
+        "import json, sys, numpy as np, tensoracle\n"
+        "c, r = np.load(sys.argv[1]), np.load(sys.argv[2])\n"
+        "d = tensoracle.compare_outputs(c, r, atol=1e-3, rtol=1e-3).to_dict()\n"
+        "d['bits'] = [float(d[k]).hex() for k in ('max_absolute_error', 'relative_l2_error', 'cosine_similarity')]\n"
+        "d['dtype'] = str(d['dtype'])\n"
+        "print(json.dumps(d))\n"
+    )
+    results = []
+    for extra in ({}, {"TENSORACLE_COMPARE_NO_AVX2": "1"}):
+        env = dict(os.environ, **extra)
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c.npy"), str(tmp_path / "r.npy")],
+                             env=env, check=True, capture_output=True, text=True).stdout
+        results.append(json.loads(out))
+    assert results[0] == results[1]

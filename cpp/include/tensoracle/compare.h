@@ -97,7 +97,8 @@ struct OutputComparison {
 // Accumulation: every element is converted to float64; the array is cut into fixed chunks of
 // 65,536 elements, each summed in 8 interleaved float64 lanes that are then added pairwise;
 // chunk results are added pairwise as well. The cut does not depend on the thread count, so
-// a result is the same on 1 or 64 threads. float64 arrays whose magnitudes are outside
+// a result is the same on 1 or 64 threads (and with or without the AVX2 build of the loop,
+// which x86 CPUs that have AVX2 run). float64 arrays whose magnitudes are outside
 // [2^-200, 2^200] are summed in a second pass scaled by powers of two, so that their sums of
 // squares neither overflow nor underflow (no narrower type can).
 //

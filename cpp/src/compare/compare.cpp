@@ -14,6 +14,7 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <queue>
@@ -250,8 +251,8 @@ struct Lanes {
 
 // One chunk [begin, end). `Scaled` is the second pass of float64 arrays (only the sums).
 template <bool Scaled, typename Load>
-Sums chunk_sums(const Load& load, const std::byte* cp, const std::byte* rp, i64 begin, i64 end,
-                double atol, double rtol, Scales s) noexcept {
+[[gnu::always_inline]] inline Sums chunk_sums_body(const Load& load, const std::byte* cp, const std::byte* rp,
+                                                   i64 begin, i64 end, double atol, double rtol, Scales s) noexcept {
   Lanes a;
   auto step = [&](int l, double x, double y) {
     if constexpr (Scaled) {
@@ -282,6 +283,43 @@ Sums chunk_sums(const Load& load, const std::byte* cp, const std::byte* rp, i64 
   return a.fold();
 }
 
+// The same loop compiled for the baseline ISA and, on x86, for AVX2 (chosen at run time):
+// twice the doubles per instruction; no FMA, so the arithmetic and its rounding are the same.
+// `flatten` inlines the loaders and the lane step, so they are compiled for the caller's ISA.
+template <bool Scaled, typename Load>
+[[gnu::flatten]] Sums chunk_sums_generic(const Load& load, const std::byte* cp, const std::byte* rp, i64 begin,
+                                         i64 end, double atol, double rtol, Scales s) noexcept {
+  return chunk_sums_body<Scaled>(load, cp, rp, begin, end, atol, rtol, s);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+template <bool Scaled, typename Load>
+[[gnu::flatten, gnu::target("avx2")]] Sums chunk_sums_avx2(const Load& load, const std::byte* cp,
+                                                           const std::byte* rp, i64 begin, i64 end, double atol,
+                                                           double rtol, Scales s) noexcept {
+  return chunk_sums_body<Scaled>(load, cp, rp, begin, end, atol, rtol, s);
+}
+
+bool have_avx2() noexcept {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
+#endif
+
+template <bool Scaled, typename Load>
+Sums chunk_sums(bool avx2, const Load& load, const std::byte* cp, const std::byte* rp, i64 begin, i64 end,
+                double atol, double rtol, Scales s) noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  if (avx2) return chunk_sums_avx2<Scaled>(load, cp, rp, begin, end, atol, rtol, s);
+#else
+  (void)avx2;
+#endif
+  return chunk_sums_generic<Scaled>(load, cp, rp, begin, end, atol, rtol, s);
+}
+
 // Pairwise combination of parts[lo, hi).
 Sums combine(const std::vector<Sums>& parts, std::size_t lo, std::size_t hi) {
   if (hi - lo == 1) return parts[lo];
@@ -298,10 +336,15 @@ Sums all_sums(const Load& load, const std::byte* cp, const std::byte* rp, i64 n,
   if (chunks == 0) return {};
   std::vector<Sums> parts(static_cast<std::size_t>(chunks));
   const int threads = threads_for(chunks);
+#if defined(__x86_64__) || defined(__i386__)
+  const bool avx2 = have_avx2() && !std::getenv("TENSORACLE_COMPARE_NO_AVX2");
+#else
+  const bool avx2 = false;
+#endif
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (i64 k = 0; k < chunks; ++k) {
     const i64 begin = k * kChunk, end = std::min(n, begin + kChunk);
-    parts[static_cast<std::size_t>(k)] = chunk_sums<Scaled>(load, cp, rp, begin, end, atol, rtol, scales);
+    parts[static_cast<std::size_t>(k)] = chunk_sums<Scaled>(avx2, load, cp, rp, begin, end, atol, rtol, scales);
   }
   return combine(parts, 0, parts.size());
 }
