@@ -54,11 +54,13 @@ fuzz-build: setup
 test: cpp python fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) BUILD=$(BUILD) VENV=$(VENV) scripts/run-tests.sh
 
-# The main job: the linear layer in fp32, bf16, int8 and fp8 — built, saved, reopened in a
-# new process and compared (examples/linear_precisions.py), then one engine inspected.
+# The main job: the linear layer in fp32, bf16, int8 and fp8 — built and saved with open_engine,
+# reopened in a new process and gated against fp32 with compare_outputs
+# (examples/precision/linear.py), the same in C++ (linear.cpp), then one saved engine inspected.
 demo: cpp python
-	$(PY) examples/linear_precisions.py --dir $(BUILD)/demo
-	$(VENV)/bin/tensoracle inspect $(BUILD)/demo/linear-int8.engine
+	$(PY) examples/precision/linear.py --dir $(BUILD)/demo
+	$(BUILD)/cpp/examples/precision/example_precision_linear --dir $(BUILD)/demo-cpp
+	$(VENV)/bin/tensoracle inspect "$$(ls -t $(BUILD)/demo/cache/linear-int8-*.engine | head -1)"
 
 # Benchmarks against the named peers, each in one run on this machine (see python/bench/).
 BENCHES ?= $(wildcard python/bench/bench_*.py)

@@ -14,15 +14,23 @@ import pytest
 import tensoracle
 import tensoracle.trt as trt
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "precision"
 sys.path.insert(0, str(EXAMPLES))
-import linear_precisions as linear  # noqa: E402  (the example is the test's fixture)
+import linear  # noqa: E402  (examples/precision/linear.py: the example is the test's fixture)
+
+
+def build(folder: pathlib.Path) -> None:
+    """The example's weights and four engines, as engine files (this module tests files)."""
+    linear.write_weights(folder / "linear.safetensors")
+    for precision in linear.PRECISIONS:
+        graph = linear.graph(str(folder / "linear.safetensors"), precision)
+        (folder / f"linear-{precision}.engine").write_bytes(tensoracle.build_serialized_engine(graph, linear.DECLARATION))
 
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     folder = tmp_path_factory.mktemp("linear")
-    linear.build(folder)
+    build(folder)
     return folder
 
 
@@ -41,8 +49,10 @@ def test_fp32_engine_matches_numpy(engines):
 def test_lower_precision_within_the_reference_limits(engines, precision):
     reference = run(engines / "linear-fp32.engine")
     candidate = run(engines / f"linear-{precision}.engine")
-    max_abs, rel_l2 = linear.errors(candidate, reference)
+    comparison, accepted = linear.gate(candidate, reference, precision)
+    max_abs, rel_l2 = comparison.max_absolute_error, comparison.relative_l2_error
     atol, l2 = linear.LIMITS[precision]
+    assert accepted, (precision, comparison)
     assert np.all(np.isfinite(candidate))
     assert max_abs <= atol and rel_l2 < l2, (precision, max_abs, rel_l2)
     # A lower precision must differ from fp32: the engine really computed in it.
@@ -63,7 +73,7 @@ def test_reopened_in_another_process_gives_identical_outputs(engines, tmp_path):
     here = {p: run(engines / f"linear-{p}.engine") for p in linear.PRECISIONS}
     script = (
         "import sys, numpy as np, tensoracle\n"
-        "sys.path.insert(0, sys.argv[1]); import linear_precisions as linear\n"
+        "sys.path.insert(0, sys.argv[1]); import linear\n"
         "for p in linear.PRECISIONS:\n"
         "    e = tensoracle.load_engine(sys.argv[2] + f'/linear-{p}.engine')\n"
         "    np.save(sys.argv[3] + f'/{p}.npy', e.create_execution().run({'features': linear.features()})['result'])\n"
