@@ -114,15 +114,17 @@ int inspect_engine(const std::string& path, bool json) {
   return 0;
 }
 
-// A torch checkpoint: a zip archive ("PK\x03\x04"), or a pickle (legacy format: refused by
-// inspect_pth with a message saying what it is).
+// A torch checkpoint: a zip archive ("PK\x03\x04"), or a pickle (the legacy format: refused
+// by inspect_pth with a message saying what it is). A safetensors file has '{' at byte 8 (its
+// header follows the 8-byte length, whose first byte may well be 0x80), which neither has.
 bool looks_like_checkpoint(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  char head[4] = {};
+  char head[9] = {};
   f.read(head, sizeof head);
-  if (f.gcount() < 1) return false;
+  auto n = f.gcount();
+  if (n < 1 || (n == 9 && head[8] == '{')) return false;
   if (static_cast<unsigned char>(head[0]) == 0x80) return true;
-  return f.gcount() == 4 && std::string_view(head, 4) == std::string_view("PK\x03\x04", 4);
+  return n >= 4 && std::string_view(head, 4) == std::string_view("PK\x03\x04", 4);
 }
 
 std::string dtype_text(const CheckpointTensor& t) {

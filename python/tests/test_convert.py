@@ -745,3 +745,20 @@ def test_cli_convert_and_inspect(tmp_path, cli):
     assert [t["name"] for t in j["tensors"]] == ["state_dict.module.w", "state_dict.module.b"]
     assert j["tensors"][0]["shape"] == [2, 3] and j["tensors"][0]["dtype"] == "F32"
     assert j["values"] == {"epoch": "4"}
+
+
+def test_cli_inspect_tells_safetensors_from_pickles(tmp_path, cli):
+    """A safetensors header of 128 bytes puts 0x80 first, as a pickle's PROTO opcode does."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    header += b" " * (128 - len(header))
+    st = tmp_path / "small.safetensors"
+    st.write_bytes(struct.pack("<Q", len(header)) + header + struct.pack("<f", 1.5))
+    assert st.read_bytes()[0] == 0x80
+    r = subprocess.run([cli, "inspect", str(st)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "format:   safetensors" in r.stdout
+    legacy = tmp_path / "legacy.pth"
+    torch.save({"w": torch.ones(1)}, legacy, _use_new_zipfile_serialization=False)
+    r = subprocess.run([cli, "inspect", str(legacy)], capture_output=True, text=True)
+    assert r.returncode == 2 and "legacy checkpoint format" in r.stderr
+
