@@ -207,6 +207,22 @@ def test_any_archive_folder_name(tmp_path):
     assert tensoracle.inspect_pth(tmp_path / "x y.pt")["archive"] == "x y"
 
 
+def test_checkpoint_without_byteorder_record(tmp_path):
+    """torch before 1.10 wrote no byteorder record; torch.load then assumes little-endian."""
+    full = tmp_path / "full.pth"
+    torch.save({"w": torch.arange(6.0).reshape(2, 3)}, full)
+    pth = tmp_path / "nobo.pth"
+    with zipfile.ZipFile(full) as zin, zipfile.ZipFile(pth, "w", zipfile.ZIP_STORED) as zout:
+        for item in zin.infolist():
+            if not item.filename.endswith("/byteorder"):
+                zout.writestr(item.filename.replace("full/", "nobo/", 1), zin.read(item))
+    assert torch.equal(torch.load(pth, weights_only=True)["w"], torch.arange(6.0).reshape(2, 3))
+    out = tmp_path / "nobo.safetensors"
+    tensoracle.convert_pth(pth, out)
+    assert_matches_torch(pth, out)
+    assert tensoracle.inspect_pth(pth)["byteorder"] == "little"  # torch's default too
+
+
 ALL_DTYPES = [d for d in ST_NAME]
 
 
