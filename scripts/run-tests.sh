@@ -8,21 +8,39 @@ venv=${VENV:-.venv}
 seconds=${FUZZ_SECONDS:-30}
 status=0
 
-fuzzer=$build/fuzz/fuzz/fuzz_safetensors
-if [[ -x $fuzzer ]]; then
-  echo "== fuzz: safetensors parser, ${seconds}s"
-  seeds=$(mktemp -d); corpus=$(mktemp -d)
-  "$venv/bin/python" cpp/fuzz/make_seeds.py "$seeds" >/dev/null
-  if "$fuzzer" -dict=cpp/fuzz/safetensors.dict -max_total_time="$seconds" -rss_limit_mb=2048 \
-       -artifact_prefix="$build/fuzz/" "$corpus" "$seeds" >"$build/fuzz/last-run.log" 2>&1; then
-    grep -E "^#[0-9]+.*(DONE|pulse)" "$build/fuzz/last-run.log" | tail -1 || true
-    echo "fuzz: no crash"
+# Fuzzing: the seconds are shared by the targets that were built (the safetensors parser, the
+# .pth converter's pickle machine, whole .pth archives), each with a seed corpus written by a
+# script and a fresh corpus folder.
+fuzz_dir=$build/fuzz/fuzz
+run_fuzzer() {  # name, dictionary, seconds, seed folder
+  local name=$1 dict=$2 secs=$3 seeds=$4 corpus
+  corpus=$(mktemp -d)
+  echo "== fuzz: $name, ${secs}s"
+  if "$fuzz_dir/$name" -dict="$dict" -max_total_time="$secs" -rss_limit_mb=2048 \
+       -artifact_prefix="$build/fuzz/$name-" "$corpus" "$seeds" >"$build/fuzz/$name.log" 2>&1; then
+    grep -E "^#[0-9]+.*(DONE|pulse)" "$build/fuzz/$name.log" | tail -1 || true
+    echo "fuzz: $name: no crash"
   else
-    tail -40 "$build/fuzz/last-run.log"
-    echo "fuzz: FAILED (crashing input saved under $build/fuzz/)"
+    tail -40 "$build/fuzz/$name.log"
+    echo "fuzz: $name: FAILED (crashing input saved under $build/fuzz/)"
     status=1
   fi
-  rm -rf "$seeds" "$corpus"
+  rm -rf "$corpus"
+}
+targets=()  # name:dictionary:seed folder (under $seeds)
+[[ -x $fuzz_dir/fuzz_safetensors ]] && targets+=("fuzz_safetensors:cpp/fuzz/safetensors.dict:safetensors")
+[[ -x $fuzz_dir/fuzz_pickle ]] && targets+=("fuzz_pickle:cpp/fuzz/pickle.dict:pth/pickle")
+[[ -x $fuzz_dir/fuzz_pth ]] && targets+=("fuzz_pth:cpp/fuzz/pth.dict:pth/pth")
+if (( ${#targets[@]} > 0 )); then
+  share=$(( seconds / ${#targets[@]} > 0 ? seconds / ${#targets[@]} : 1 ))
+  seeds=$(mktemp -d)
+  "$venv/bin/python" cpp/fuzz/make_seeds.py "$seeds/safetensors" >/dev/null
+  "$venv/bin/python" cpp/fuzz/make_pth_seeds.py "$seeds/pth" >/dev/null
+  for t in "${targets[@]}"; do
+    IFS=: read -r name dict folder <<<"$t"
+    run_fuzzer "$name" "$dict" "$share" "$seeds/$folder"
+  done
+  rm -rf "$seeds"
 else
   echo "== fuzz: skipped (no clang; fuzz targets not built)"
 fi
