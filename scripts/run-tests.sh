@@ -9,8 +9,8 @@ seconds=${FUZZ_SECONDS:-30}
 status=0
 
 # Fuzzing: the seconds are shared by the targets that were built (the safetensors parser, the
-# .pth converter's pickle machine, whole .pth archives), each with a seed corpus written by a
-# script and a fresh corpus folder.
+# .pth converter's pickle machine, whole .pth archives, the .npy/.npz readers of `compare`),
+# each with a seed corpus written by a script and a fresh corpus folder.
 fuzz_dir=$build/fuzz/fuzz
 run_fuzzer() {  # name, dictionary, seconds, seed folder
   local name=$1 dict=$2 secs=$3 seeds=$4 corpus
@@ -31,11 +31,13 @@ targets=()  # name:dictionary:seed folder (under $seeds)
 [[ -x $fuzz_dir/fuzz_safetensors ]] && targets+=("fuzz_safetensors:cpp/fuzz/safetensors.dict:safetensors")
 [[ -x $fuzz_dir/fuzz_pickle ]] && targets+=("fuzz_pickle:cpp/fuzz/pickle.dict:pth/pickle")
 [[ -x $fuzz_dir/fuzz_pth ]] && targets+=("fuzz_pth:cpp/fuzz/pth.dict:pth/pth")
+[[ -x $fuzz_dir/fuzz_npy ]] && targets+=("fuzz_npy:cpp/fuzz/npy.dict:npy")
 if (( ${#targets[@]} > 0 )); then
   share=$(( seconds / ${#targets[@]} > 0 ? seconds / ${#targets[@]} : 1 ))
   seeds=$(mktemp -d)
   "$venv/bin/python" cpp/fuzz/make_seeds.py "$seeds/safetensors" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_pth_seeds.py "$seeds/pth" >/dev/null
+  "$venv/bin/python" cpp/fuzz/make_npy_seeds.py "$seeds/npy" >/dev/null
   for t in "${targets[@]}"; do
     IFS=: read -r name dict folder <<<"$t"
     run_fuzzer "$name" "$dict" "$share" "$seeds/$folder"
