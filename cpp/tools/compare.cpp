@@ -273,7 +273,9 @@ Command add_compare(CLI::App& app) {
       CompareOptions o;
       o.atol = *atol;
       o.rtol = *rtol;
-      o.label = p.name.empty() ? std::string() : "tensor " + core::quote_name(p.name);
+      // Errors name both files and the tensor: "[compare] c.npz vs r.npz, tensor 'x': ...".
+      o.label = fmt::format("{} vs {}{}", *candidate, *reference,
+                            p.name.empty() ? std::string() : ", tensor " + core::quote_name(p.name));
       results.push_back(compare_outputs(p.candidate, p.reference, o));
     }
     if (!plot->empty()) write_plot(*plot, *candidate, *reference, *atol, *rtol, pairs, results);

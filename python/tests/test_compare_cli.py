@@ -137,7 +137,8 @@ def test_bad_input_exits_2_with_a_message(cli, tmp_path):
         ((tmp_path / "c.npy", tmp_path / "r.npy", "--atol", 0.1), "--atol without --rtol"),
         ((tmp_path / "c.npy", tmp_path / "r.npy", "--rtol", 0.1), "--rtol without --atol"),
         ((tmp_path / "c.npy", tmp_path / "r.npy", "--atol", -1, "--rtol", 0), "atol must be >= 0"),
-        ((tmp_path / "c.npy", tmp_path / "r64.npy"), "dtype mismatch: candidate float32, reference float64"),
+        ((tmp_path / "c.npy", tmp_path / "r64.npy"),
+         f"[compare] {tmp_path / 'c.npy'} vs {tmp_path / 'r64.npy'}: dtype mismatch: candidate float32, reference float64"),
         ((tmp_path / "c.npy", tmp_path / "rt.npy"), "shape mismatch: candidate (32, 16), reference (16, 32)"),
         ((tmp_path / "a.npz", tmp_path / "b.npz"), "only in " + str(tmp_path / "a.npz") + ": 'y'"),
         ((tmp_path / "bf16.npy", tmp_path / "bf16.npy"), "np.save writes ml_dtypes' bfloat16"),
@@ -152,7 +153,8 @@ def test_bad_input_exits_2_with_a_message(cli, tmp_path):
     np.savez(tmp_path / "ab.npz", x=c, y=c.T.copy())
     np.savez(tmp_path / "ab2.npz", x=r, y=r)
     p = run(cli, tmp_path / "ab.npz", tmp_path / "ab2.npz")
-    assert p.returncode == 2 and "[compare] tensor 'y': shape mismatch" in p.stderr
+    assert p.returncode == 2, p.stderr
+    assert f"[compare] {tmp_path / 'ab.npz'} vs {tmp_path / 'ab2.npz'}, tensor 'y': shape mismatch" in p.stderr
 
 
 def test_fortran_order_npy(cli, tmp_path):
