@@ -5,8 +5,8 @@
 //   kernels_pointwise.cpp  elementwise, activation, cast, quantize, dequantize
 //   kernels_matmul.cpp     matmul (OpenBLAS sgemm)
 //   kernels_layout.cpp     shuffle (N-d permutation copies)
-// The helpers in `detail` are declared again at the top of each file that uses them (the
-// backend has no private header).
+// The helpers in `detail` are declared in kernels_util.h, with the storage tags the kernel
+// files share.
 #include "backends/cpu/kernels.h"
 
 #include <cblas.h>

@@ -9,16 +9,10 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::cpu {
-
-namespace detail {  // defined in kernels.cpp
-[[noreturn]] void fail(const std::string& what);
-std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name);
-void parallel_ranges(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
-                     std::int64_t parallel_min = 32 * 1024);
-}  // namespace detail
 
 namespace {
 

@@ -15,22 +15,22 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
 #include "core/numeric.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::cpu {
 
-namespace detail {  // defined in kernels.cpp
-[[noreturn]] void fail(const std::string& what);
-std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name);
-void parallel_ranges(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
-                     std::int64_t parallel_min = 32 * 1024);
-}  // namespace detail
-
 namespace {
 
 using i64 = std::int64_t;
 using detail::fail;
+using detail::BF16;
+using detail::Bool;
+using detail::F16;
+using detail::F32;
+using detail::Int;
+using detail::with_float;
 using E = ElementWiseOperation;
 
 // Vectorizes a contiguous loop even where the build's optimization level would not (GCC's
@@ -46,21 +46,6 @@ std::string tn(DataType t) { return std::string(type_name(t)); }
 
 // ---- storage tags: T is the stored type, load() gives the compute value, store() rounds it --
 
-struct F32 {
-  using T = float;
-  static float load(T v) noexcept { return v; }
-  static T store(float x) noexcept { return x; }
-};
-struct F16 {
-  using T = std::uint16_t;
-  static float load(T v) noexcept { return core::half_to_float(v); }
-  static T store(float x) noexcept { return core::float_to_half(x); }
-};
-struct BF16 {
-  using T = std::uint16_t;
-  static float load(T v) noexcept { return core::bf16_to_float(v); }
-  static T store(float x) noexcept { return core::float_to_bf16(x); }
-};
 // fp8 e4m3fn; stores saturate to ±448 (quantize's rule), NaN stays NaN.
 struct FP8 {
   using T = std::uint8_t;
@@ -77,31 +62,6 @@ struct QI8 {
     return r >= 127.f ? T{127} : r <= -128.f ? T{-128} : static_cast<T>(r);
   }
 };
-// int32/int64 in elementwise: the integer itself.
-template <class I>
-struct Int {
-  using T = I;
-  static I load(T v) noexcept { return v; }
-  static T store(I v) noexcept { return v; }
-};
-// bool: one byte; any non-zero byte reads as true, stores write 0 or 1.
-struct Bool {
-  using T = std::uint8_t;
-  static bool load(T v) noexcept { return v != 0; }
-  static T store(bool b) noexcept { return b ? 1 : 0; }
-};
-
-// Calls f(tag) for the float type t (float32, float16, bfloat16).
-template <class F>
-void with_float(DataType t, const std::string& what, F&& f) {
-  switch (t) {
-    case DataType::kFLOAT: f(F32{}); return;
-    case DataType::kHALF: f(F16{}); return;
-    case DataType::kBF16: f(BF16{}); return;
-    default: fail(what + " takes float32, float16 or bfloat16, not " + tn(t));
-  }
-}
-
 // ---- elementwise ------------------------------------------------------------------------
 
 // Both operands' strides (in elements; 0 on broadcast dims) over the output's dims, after

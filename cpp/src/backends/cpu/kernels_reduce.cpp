@@ -31,6 +31,14 @@ namespace {
 
 using i64 = std::int64_t;
 using detail::fail;
+using detail::BF16;
+using detail::Bool;
+using detail::F16;
+using detail::F32;
+using detail::Int;
+using detail::mask_of;
+using detail::select_bits;
+using detail::with_float;
 using U = UnaryOperation;
 using R = ReduceOperation;
 
@@ -63,78 +71,6 @@ std::string tn(DataType t) { return std::string(type_name(t)); }
 // parallel_min for parallel_ranges over items of `work` elements each: several threads only
 // for kParallelWork elements or more, at least kParallelWork / 8 per thread.
 i64 min_items(i64 work) { return std::max<i64>(1, kParallelWork / std::max<i64>(1, work)); }
-
-// d rounded to float32 toward zero with the lowest bit set when inexact (round to odd): a
-// later rounding to float16 or bfloat16 (13 and 16 fewer bits) then equals rounding d once.
-float to_float_odd(double d) noexcept {
-  const float f = static_cast<float>(d);
-  if (static_cast<double>(f) == d || d != d) return f;
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) --u;  // one step toward zero (inf to max)
-  return std::bit_cast<float>(u | 1u);
-}
-
-// ---- storage tags: load() gives the float, store() rounds a float, store_d() a double ----
-
-struct F32 {
-  using T = float;
-  static float load(T v) noexcept { return v; }
-  static T store(float x) noexcept { return x; }
-  static T store_d(double x) noexcept { return static_cast<float>(x); }
-};
-// Bitwise select: mask is all ones (take a) or zero (take b). Written with masks rather than
-// ?: because GCC vectorizes these loops only without control flow.
-inline std::int32_t select_bits(std::int32_t mask, std::int32_t a, std::int32_t b) noexcept {
-  return (a & mask) | (b & ~mask);
-}
-inline std::int32_t mask_of(bool c) noexcept { return -static_cast<std::int32_t>(c); }
-
-// float16 to float32 without branches (so loops over it vectorize), bit-exact with
-// core::half_to_float: normals rebiased, subnormals as an exact integer multiple of 2^-24,
-// infinities and NaN (payload kept) with the float exponent all ones.
-inline float half_bits_to_float(std::uint16_t h) noexcept {
-  const std::int32_t em = h & 0x7FFF;
-  const std::int32_t sign = static_cast<std::int32_t>(static_cast<std::uint32_t>(h & 0x8000u) << 16);
-  const std::int32_t normal = (em << 13) + (112 << 23);
-  const std::int32_t sub = std::bit_cast<std::int32_t>(static_cast<float>(em) * 0x1p-24f);
-  const std::int32_t special = (em << 13) | 0x7F800000;
-  const std::int32_t mag = select_bits(mask_of(em >= 0x7C00), special, select_bits(mask_of(em >= 0x0400), normal, sub));
-  return std::bit_cast<float>(sign | mag);
-}
-
-struct F16 {
-  using T = std::uint16_t;
-  static float load(T v) noexcept { return half_bits_to_float(v); }
-  static T store(float x) noexcept { return core::float_to_half(x); }
-  static T store_d(double x) noexcept { return core::float_to_half(to_float_odd(x)); }
-};
-struct BF16 {
-  using T = std::uint16_t;
-  static float load(T v) noexcept { return core::bf16_to_float(v); }
-  static T store(float x) noexcept { return core::float_to_bf16(x); }
-  static T store_d(double x) noexcept { return core::float_to_bf16(to_float_odd(x)); }
-};
-template <class I>
-struct Int {
-  using T = I;
-  static I load(T v) noexcept { return v; }
-  static T store(I v) noexcept { return v; }
-};
-struct Bool {
-  using T = std::uint8_t;
-  static bool load(T v) noexcept { return v != 0; }
-  static T store(bool b) noexcept { return b ? 1 : 0; }
-};
-
-template <class F>
-void with_float(DataType t, const std::string& what, F&& f) {
-  switch (t) {
-    case DataType::kFLOAT: f(F32{}); return;
-    case DataType::kHALF: f(F16{}); return;
-    case DataType::kBF16: f(BF16{}); return;
-    default: fail(what + " takes float32, float16 or bfloat16, not " + tn(t));
-  }
-}
 
 // Strided offsets of a flat index over `n` dims (row-major), advanced one step at a time.
 struct Odometer {
