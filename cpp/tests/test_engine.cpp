@@ -189,7 +189,7 @@ TEST(Engine, DeclarationErrors) {
   d.settings.device = "tpu";
   expect(d, "device 'tpu'");
   d = linear_declaration();
-  d.settings.device = "cuda:0";
+  d.settings.device = "cuda:99";
   EXPECT_THROW(build_serialized_engine(model, d), BuildError);
   d = linear_declaration();
   d.settings.workspace_limit = 16;

@@ -4,8 +4,10 @@
 // Inputs are filled once before timing: floating inputs uniform in [-1, 1) (seeded), integer
 // and bool inputs zero (a valid index for any gather). Dynamic inputs take the profile's opt
 // shape unless --shape gives one. Each timed iteration is one enqueue() (the CPU backend runs
-// to completion inside it); --per-layer then runs the same number of profiled iterations and
-// reports each fused node's median.
+// to completion inside it; on CUDA, enqueue on the engine's stream + waiting for it, so a
+// latency includes the launch: after the first iterations that is one CUDA-graph replay);
+// --per-layer then runs the same number of profiled iterations and reports each fused node's
+// median (on CUDA each node is waited for, so its time includes its launch).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -116,19 +118,28 @@ int run(const Options& o) {
     ex.set_input_shape(t.name, d);  // checks the profile
     inputs[t.name] = d.vec();
   }
+  // I/O buffers in the engine's memory (the device's for CUDA), inputs filled on the host.
+  std::vector<std::shared_ptr<void>> device_buffers;
   for (const auto& t : engine.io_tensors()) {
     Dims d = ex.tensor_shape(t.name);
     buffers.emplace_back(static_cast<std::size_t>(std::max<std::int64_t>(d.volume(), 0)) * element_size(t.type) + 1);
     io_bytes += buffers.back().size() - 1;
     if (t.mode == TensorIOMode::kINPUT) fill(buffers.back(), t.type, rng);
-    ex.set_tensor_address(t.name, buffers.back().data());
+    device_buffers.push_back(engine.allocate(buffers.back().size()));
+    engine.copy_from_host(device_buffers.back().get(), buffers.back().data(), buffers.back().size());
+    ex.set_tensor_address(t.name, device_buffers.back().get());
   }
-  for (int i = 0; i < o.warmup; ++i) ex.enqueue();
+  const std::shared_ptr<void> stream = engine.create_stream();  // null for the CPU
+  auto once = [&] {
+    ex.enqueue(stream.get());
+    engine.synchronize(stream.get());
+  };
+  for (int i = 0; i < o.warmup; ++i) once();
   std::vector<double> ms;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < o.iterations; ++i) {
     const auto a = std::chrono::steady_clock::now();
-    ex.enqueue();
+    once();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -145,7 +156,7 @@ int run(const Options& o) {
   if (o.per_layer) {
     std::vector<std::vector<double>> samples(layers.size());
     for (int i = 0; i < o.iterations; ++i) {
-      auto s = ex.enqueue_profiled();
+      auto s = ex.enqueue_profiled(stream.get());
       for (std::size_t k = 0; k < s.size() && k < samples.size(); ++k) samples[k].push_back(s[k] * 1e3);
     }
     for (std::size_t k = 0; k < layers.size(); ++k) layer_ms[k] = percentile(samples[k], 0.5);

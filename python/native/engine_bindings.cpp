@@ -1,4 +1,5 @@
 // Bindings of tensoracle/builder.h and tensoracle/engine.h.
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -18,6 +19,80 @@ namespace tensoracle::python {
 namespace {
 
 std::string mode_name(TensorIOMode m) { return m == TensorIOMode::kINPUT ? "input" : "output"; }
+
+std::string type_of(nb::handle obj) { return nb::cast<std::string>(nb::str(obj.type().attr("__name__"))); }
+
+// The tensoracle type of a DLPack dtype, if it has one.
+std::optional<DataType> dlpack_type(const nb::dlpack::dtype& d) {
+  using C = nb::dlpack::dtype_code;
+  const auto code = static_cast<C>(d.code);
+  if (d.lanes != 1) return std::nullopt;
+  if (code == C::Float && d.bits == 32) return DataType::kFLOAT;
+  if (code == C::Float && d.bits == 16) return DataType::kHALF;
+  if (code == C::Bfloat && d.bits == 16) return DataType::kBF16;
+  if (code == C::Int && d.bits == 8) return DataType::kINT8;
+  if (code == C::Int && d.bits == 32) return DataType::kINT32;
+  if (code == C::Int && d.bits == 64) return DataType::kINT64;
+  if (code == C::UInt && d.bits == 8) return DataType::kUINT8;
+  if (code == C::Bool && d.bits == 8) return DataType::kBOOL;
+  return std::nullopt;
+}
+
+// set_tensor_address with an int (a raw address) or a tensor that speaks DLPack (PyTorch, CuPy,
+// JAX, NumPy): checked against the engine's tensor (type, C-contiguity, device), and for an
+// input its shape becomes the input's shape. The caller keeps the tensor alive while it is bound.
+void bind_address(Execution& e, const std::string& name, nb::handle obj) {
+  if (nb::isinstance<nb::int_>(obj)) {
+    e.set_tensor_address(name, reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj)));
+    return;
+  }
+  const IOTensorInfo& info = e.engine().io_tensor(name);
+  nb::ndarray<> arr;
+  if (!nb::try_cast(obj, arr))
+    throw InvalidArgument("[execution] set_tensor_address('" + name + "'): expected an int address or a tensor with DLPack "
+                          "support (PyTorch, CuPy, JAX, NumPy); got " + type_of(obj));
+  const std::string what = "[execution] set_tensor_address('" + name + "'): ";
+  auto type = dlpack_type(arr.dtype());
+  if (!type || *type != info.type)
+    throw InvalidArgument(what + "the tensor's dtype is " + (type ? std::string(type_name(*type)) : std::string("not one tensoracle has")) +
+                          ", the engine's " + mode_name(info.mode) + " is " + std::string(type_name(info.type)));
+  const bool want_cuda = e.engine().device().rfind("cuda", 0) == 0;
+  const int dev = arr.device_type();
+  if (want_cuda ? dev != nb::device::cuda::value : dev != nb::device::cpu::value)
+    throw InvalidArgument(what + "the tensor is in " + (dev == nb::device::cuda::value ? "GPU" : dev == nb::device::cpu::value ? "host" : "other") +
+                          " memory; the engine runs on " + e.engine().device() + " and needs " + (want_cuda ? "GPU" : "host") + " memory");
+  if (want_cuda && ("cuda:" + std::to_string(arr.device_id())) != e.engine().device())
+    throw InvalidArgument(what + "the tensor is on cuda:" + std::to_string(arr.device_id()) + ", the engine runs on " + e.engine().device());
+  std::vector<std::int64_t> shape(arr.ndim());
+  std::int64_t expect = 1;
+  for (std::size_t i = arr.ndim(); i-- > 0;) {
+    shape[i] = static_cast<std::int64_t>(arr.shape(i));
+    if (arr.shape(i) != 1 && arr.stride(i) != expect)
+      throw InvalidArgument(what + "the tensor is not C-contiguous (call .contiguous() / ascontiguousarray first)");
+    expect *= static_cast<std::int64_t>(arr.shape(i));
+  }
+  Dims dims{std::span<const std::int64_t>(shape)};
+  if (info.mode == TensorIOMode::kINPUT) {
+    e.set_input_shape(name, dims);
+  } else {
+    Dims need = e.tensor_shape(name);
+    if (!(need == dims))
+      throw InvalidArgument(what + "the tensor's shape " + dims.str() + " is not the output's shape " + need.str() +
+                            " at the current input shapes");
+  }
+  e.set_tensor_address(name, arr.data());
+}
+
+// A stream argument: an int (cudaStream_t), None, or a stream object (torch.cuda.Stream's
+// cuda_stream, CuPy's ptr).
+void* stream_of(nb::handle obj) {
+  if (obj.is_none()) return nullptr;
+  if (nb::isinstance<nb::int_>(obj)) return reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj));
+  for (const char* attr : {"cuda_stream", "ptr"})
+    if (nb::hasattr(obj, attr)) return reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj.attr(attr)));
+  throw InvalidArgument("[execution] stream: expected an int (cudaStream_t), None, or a stream object (torch.cuda.Stream, "
+                        "cupy.cuda.Stream); got " + type_of(obj));
+}
 
 }  // namespace
 
@@ -100,27 +175,28 @@ void bind_engine(nb::module_& m) {
   nb::class_<Execution>(m, "Execution", "One execution context: activation memory, shapes and bindings")
       .def("set_input_shape", &Execution::set_input_shape, nb::arg("name"), nb::arg("shape"))
       .def("get_tensor_shape", &Execution::tensor_shape, nb::arg("name"))
-      .def(
-          "set_tensor_address",
-          [](Execution& e, const std::string& name, std::uintptr_t address) {
-            e.set_tensor_address(name, reinterpret_cast<void*>(address));
-          },
-          nb::arg("name"), nb::arg("address"))
+      .def("set_tensor_address", &bind_address, nb::arg("name"), nb::arg("address"),
+           "Binds an int address or a DLPack tensor (PyTorch, CuPy, NumPy) to an input or output")
       .def(
           "enqueue",
-          [](Execution& e, std::uintptr_t stream) {
+          [](Execution& e, nb::handle stream) {
+            void* s = stream_of(stream);
             nb::gil_scoped_release release;
-            e.enqueue(reinterpret_cast<void*>(stream));
+            e.enqueue(s);
           },
-          nb::arg("stream") = 0, "Runs the engine on the bound buffers (CPU: to completion)")
+          nb::arg("stream") = nb::none(),
+          "Runs the engine on the bound buffers (CPU: to completion; CUDA: queued on the stream)")
       .def(
           "execute_async_v3",
-          [](Execution& e, std::uintptr_t stream) {
+          [](Execution& e, nb::handle stream) {
+            void* s = stream_of(stream);
             nb::gil_scoped_release release;
-            e.enqueue(reinterpret_cast<void*>(stream));
+            e.enqueue(s);
             return true;
           },
-          nb::arg("stream_handle") = 0, "TensorRT's name for enqueue")
+          nb::arg("stream_handle") = nb::none(), "TensorRT's name for enqueue")
+      .def_prop_rw("graph_replay", &Execution::graph_replay, &Execution::set_graph_replay,
+                   "CUDA: replay repeated enqueues of unchanged shapes and addresses as a CUDA graph (default True)")
       .def(
           "run",
           [](Execution& e, const nb::dict& inputs) {
@@ -160,6 +236,7 @@ void bind_engine(nb::module_& m) {
       })
       .def("layers", &Engine::layers)
       .def("target_json", &Engine::target_json)
+      .def_prop_ro("device", &Engine::device, "Where the engine runs in this process: 'cpu', 'cuda:0'")
       .def("plan_json", &Engine::plan_json)
       .def_prop_ro("activation_bytes", &Engine::activation_bytes)
       .def_prop_ro("naive_activation_bytes", &Engine::naive_activation_bytes)

@@ -121,7 +121,7 @@ def test_builder_errors_map_to_python_classes():
     decl = tensoracle.EngineBuild({"y": tensoracle.InputShape.fixed((2, 2))})
     with pytest.raises(tensoracle.InvalidArgument, match="names input 'y'"):
         tensoracle.build_serialized_engine(graph, decl)
-    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2, 2))}, tensoracle.BuilderSettings(device="cuda:0"))
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2, 2))}, tensoracle.BuilderSettings(device="cuda:99"))
     with pytest.raises(tensoracle.BuildError):
         tensoracle.build_serialized_engine(graph, decl)
     assert issubclass(tensoracle.BuildError, RuntimeError)

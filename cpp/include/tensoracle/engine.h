@@ -95,12 +95,22 @@ class Engine {
   const std::string& name() const noexcept;
 
   std::string target_json() const;   // the device the engine was built for
+  std::string device() const;        // where it runs in this process: "cpu", "cuda:0"
   std::string plan_json() const;     // the whole plan (I/O, nodes, tactics, memory)
   std::uint64_t activation_bytes() const noexcept;        // arena peak
   std::uint64_t naive_activation_bytes() const noexcept;  // sum of activation sizes
   std::uint64_t weight_bytes() const noexcept;
 
   Execution create_execution() const;
+
+  // The engine's device, for callers without a CUDA runtime of their own (the CLI's bench):
+  // memory there (host memory for the CPU; freed with the last copy of the pointer), blocking
+  // copies from and to the host, a stream (null for the CPU) and waiting for one.
+  std::shared_ptr<void> allocate(std::size_t bytes) const;
+  void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) const;
+  void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) const;
+  std::shared_ptr<void> create_stream() const;
+  void synchronize(void* stream) const;
 
   struct State;
 
@@ -122,18 +132,27 @@ class Execution {
   void set_input_shape(std::string_view name, const Dims& dims);
   // The current shape of an I/O tensor (outputs follow from the input shapes).
   Dims tensor_shape(std::string_view name) const;
-  // Binds a caller-owned buffer (host memory for the CPU) to an input or output.
+  // Binds a caller-owned buffer to an input or output: host memory for the CPU backend, device
+  // memory of the engine's GPU for CUDA.
   void set_tensor_address(std::string_view name, void* data);
-  // Runs the engine on the bound buffers. `stream` must be null for the CPU backend (work
-  // completes before enqueue returns). Throws InvalidArgument when an input shape is unset or
+  // Runs the engine on the bound buffers. CPU: `stream` must be null; work completes before
+  // enqueue returns. CUDA: `stream` is a cudaStream_t of the engine's device (null: the default
+  // stream); kernels are queued on it and enqueue returns without waiting. Throws InvalidArgument when an input shape is unset or
   // an address is missing.
   void enqueue(void* stream = nullptr);
+  // CUDA: after an enqueue on a stream (not the default stream), a later enqueue with the same
+  // shapes and addresses captures the launches once as a CUDA graph and from then on replays it
+  // (one launch instead of one per kernel). On by default; off launches every kernel each time.
+  // The CPU backend ignores it.
+  void set_graph_replay(bool enabled);
+  bool graph_replay() const noexcept;
   // enqueue() that also measures each node: seconds per entry of Engine::layers(), in order
   // (wall time around each node's kernels; the per-layer view of `tensoracle bench`).
   std::vector<double> enqueue_profiled(void* stream = nullptr);
 
-  // Convenience: sets shapes and addresses from `inputs` (types must match exactly), allocates
-  // outputs, runs, returns them by name.
+  // Convenience: sets shapes and addresses from `inputs` (host memory; types must match
+  // exactly), allocates outputs, runs, returns them by name. CUDA: copies the inputs to device
+  // buffers the execution keeps, runs on its own stream and copies the outputs back.
   std::map<std::string, HostTensor> run(const std::map<std::string, HostTensorView>& inputs);
 
   const Engine& engine() const noexcept;

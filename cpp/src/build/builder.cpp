@@ -137,9 +137,12 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   plan::Plan plan;
   plan.name = net.name();
   for (auto& n : g.nodes) {
-    auto tactics = backend.tactics(g, n);
-    if (tactics.empty()) throw BuildError("[build] layer '" + n.name + "': the " + backend.name() + " backend has no kernel for it");
-    n.tactic = tactics.front();  // the CPU backend offers one tactic per node; timing comes with the CUDA backend
+    if (backend.tactics(g, n).empty())
+      throw BuildError("[build] layer '" + n.name + "': the " + backend.name() + " backend has no kernel for it");
+    // Level 0 takes the first candidate; the CUDA backend times GEMM algorithms from level 2.
+    std::vector<graph::TensorDesc> in;
+    for (int v : n.all_inputs()) in.push_back(at_opt[static_cast<std::size_t>(v)]);
+    n.tactic = backend.choose_tactic(g, n, in, at_opt[static_cast<std::size_t>(n.output)], decl.settings.optimization_level);
   }
   plan.max_bytes.resize(g.values.size());
   for (std::size_t v = 0; v < g.values.size(); ++v) plan.max_bytes[v] = bytes_of(at_max[v]);

@@ -120,7 +120,8 @@ TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDes
 
 }  // namespace
 
-std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims, const ShapeEvaluator& evaluate) {
+std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims, const ShapeEvaluator& evaluate,
+                                     ShapeValues* values_out) {
   std::vector<TensorDesc> desc(g.values.size());
   ShapeValues values(g.values.size());
   for (std::size_t i = 0; i < g.values.size(); ++i) {
@@ -146,6 +147,7 @@ std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& in
     for (int v : n.all_inputs()) in.push_back(desc[static_cast<std::size_t>(v)]);
     values[out] = evaluate(g, n, in, values, d);
   }
+  if (values_out) *values_out = std::move(values);
   return desc;
 }
 

@@ -79,8 +79,9 @@ using ShapeEvaluator = std::function<std::vector<std::int64_t>(
 
 // Output descriptions of every value for concrete input dims (name -> dims), with the same
 // inference as the network. Throws InvalidArgument naming the layer when shapes conflict.
-// Without an evaluator, only constants and add_shape outputs have known values.
+// Without an evaluator, only constants and add_shape outputs have known values. `values_out`
+// (optional) receives every value's shape-tensor values where known.
 std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims,
-                                     const ShapeEvaluator& evaluate = {});
+                                     const ShapeEvaluator& evaluate = {}, ShapeValues* values_out = nullptr);
 
 }  // namespace tensoracle::graph

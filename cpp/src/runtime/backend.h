@@ -1,10 +1,13 @@
-// Internal: the backend interface. One implementation per device kind (CPU here; CUDA as
-// its own shared library later). A backend says which nodes it runs, which pointwise layers
-// it can fuse into a node, which tactics it has for a node, and instantiates a node's kernel
-// from its (serialised) tactic. It also owns the memory kind its kernels read and write.
+// Internal: the backend interface. One implementation per device kind: the CPU's in the core
+// library, CUDA's in libtensoracle_cuda.so (loaded at run time by backend_for, see
+// runtime/cuda_loader.cpp). A backend says which nodes it runs, which pointwise layers it can
+// fuse into a node, which tactics it has for a node, and instantiates a node's kernel from its
+// (serialised) tactic. It also owns the memory its kernels read and write, copies and streams.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -15,24 +18,37 @@
 
 namespace tensoracle::runtime {
 
+// Bumped whenever this header or the graph structures it passes change: the core refuses a
+// backend library built against another version (cuda_loader.cpp).
+inline constexpr int kBackendAbiVersion = 1;
+
 struct Buffer {
-  void* data = nullptr;
+  void* data = nullptr;  // in the backend's memory
   DataType type = DataType::kFLOAT;
   Dims dims;
+  // A shape tensor's values when the runtime knows them on the host (add_shape outputs and
+  // what derives from them and constants): kernels of device backends read these instead of
+  // `data` (a slice's start, for one). Null otherwise.
+  const std::vector<std::int64_t>* host_values = nullptr;
 };
+
+enum class MemoryKind { kHost, kDevice };
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
 // A node's executable form: inputs are node.all_inputs() in order, then the output.
 class NodeKernel {
  public:
   virtual ~NodeKernel() = default;
   virtual std::size_t workspace_bytes(std::span<const Buffer> inputs, const Buffer& output) const = 0;
-  virtual void run(std::span<const Buffer> inputs, const Buffer& output, void* workspace) const = 0;
+  // Launches the node on `stream` (the CPU backend takes none and runs to completion).
+  virtual void run(std::span<const Buffer> inputs, const Buffer& output, void* workspace, void* stream) const = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual std::string device() const { return name(); }  // "cpu", "cuda:0"
   // What an engine built here depends on: goes into the engine's target and the cache identity.
   virtual nlohmann::json target() const = 0;
   // Throws IncompatibleEngineError when an engine built for `target` cannot run here.
@@ -42,17 +58,55 @@ class Backend {
   virtual bool can_fuse(const graph::Graph& g, const graph::Node& producer, const graph::EpilogueOp& op) const = 0;
   // Candidate tactics for the node, best guess first.
   virtual std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const = 0;
+  // The tactic to store for node `n` (its inputs and output described at the profile's opt
+  // shapes): the first candidate unless the backend times candidates at this level.
+  virtual std::string choose_tactic(const graph::Graph& g, const graph::Node& n, std::span<const graph::TensorDesc> inputs,
+                                    const graph::TensorDesc& output, int optimization_level) const {
+    (void)inputs;
+    (void)output;
+    (void)optimization_level;
+    auto t = tactics(g, n);
+    return t.empty() ? std::string() : t.front();
+  }
   virtual std::unique_ptr<NodeKernel> instantiate(const graph::Graph& g, const graph::Node& n) const = 0;
 
+  // Memory the kernels use (host for the CPU, the GPU's for CUDA), aligned to 64 bytes or more.
+  virtual MemoryKind memory() const { return MemoryKind::kHost; }
   virtual void* allocate(std::size_t bytes) const = 0;
   virtual void deallocate(void* p) const noexcept = 0;
+  // Asynchronous on `stream` for device backends (a host source must stay valid until the
+  // stream reaches the copy); the CPU's copies are memcpy.
+  virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind, void* stream) const;
+  // Streams of the backend (null for the CPU); synchronize waits for everything on `stream`.
+  virtual void* create_stream() const { return nullptr; }
+  virtual void destroy_stream(void*) const noexcept {}
+  virtual void synchronize(void*) const {}
+  // Checks a caller's stream argument (the CPU refuses a non-null one).
+  virtual void check_stream(void* stream) const;
+
+  // Executions of fixed shapes may record their launches once and replay them (CUDA graphs).
+  // Returns an opaque recording, or null when the backend has none; see runtime/engine.cpp.
+  struct Recording {
+    virtual ~Recording() = default;
+    virtual void replay(void* stream) const = 0;
+  };
+  virtual std::unique_ptr<Recording> record(void* stream, const std::function<void(void*)>& launches) const {
+    (void)stream;
+    (void)launches;
+    return nullptr;
+  }
 };
 
 const Backend& cpu_backend();
 
-// The backend for a device string ("cpu", "cuda:0", "auto"); throws BuildError when the
-// device is unavailable and InvalidArgument when the string is malformed.
+// The backend for a device string ("cpu", "cuda", "cuda:N", "auto" = the CPU); throws
+// BuildError when the device is unavailable (no CUDA backend library, driver or device) and
+// InvalidArgument when the string is malformed.
 const Backend& backend_for(const std::string& device);
+
+// The CUDA backend for device `index` (-1: the calling thread's current CUDA device), loaded
+// from libtensoracle_cuda.so on first use. Throws BuildError saying why it is unavailable.
+const Backend& cuda_backend(int index);
 
 // Evaluates node `n` of `g` on the CPU with constant inputs only; the result as owned weights.
 Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n);

@@ -38,9 +38,51 @@ struct Engine::State {
   std::vector<std::unique_ptr<runtime::NodeKernel>> kernels;
   std::unordered_map<std::string, std::size_t> io_index;
   std::uint64_t weight_bytes = 0;
+  // Where each constant value lives for the kernels: in the mapping for host backends; for
+  // device backends, in one block uploaded when the engine opens and shared by its executions.
+  std::vector<void*> constants;
+  void* device_weights = nullptr;
+
+  ~State() {
+    if (device_weights) backend->deallocate(device_weights);
+  }
 };
 
 namespace {
+
+// Points State::constants at the weights: in place for host backends; for device backends
+// after copying them all into one device block (once per engine).
+void upload_constants(Engine::State& st) {
+  const auto& values = st.plan.graph.values;
+  st.constants.assign(values.size(), nullptr);
+  if (st.backend->memory() == runtime::MemoryKind::kHost) {
+    for (std::size_t v = 0; v < values.size(); ++v)
+      if (values[v].constant) st.constants[v] = const_cast<void*>(values[v].constant->values());
+    return;
+  }
+  std::uint64_t total = 0;
+  for (const auto& v : values)
+    if (v.constant) total += align_up(v.constant->bytes().size());
+  if (total == 0) return;
+  st.device_weights = st.backend->allocate(total);
+  auto* base = static_cast<std::byte*>(st.device_weights);
+  std::uint64_t at = 0;
+  void* stream = st.backend->create_stream();
+  try {
+    for (std::size_t v = 0; v < values.size(); ++v) {
+      if (!values[v].constant) continue;
+      auto bytes = values[v].constant->bytes();
+      st.constants[v] = base + at;
+      st.backend->copy(base + at, bytes.data(), bytes.size(), runtime::CopyKind::kHostToDevice, stream);
+      at += align_up(bytes.size());
+    }
+    st.backend->synchronize(stream);
+  } catch (...) {
+    st.backend->destroy_stream(stream);
+    throw;
+  }
+  st.backend->destroy_stream(stream);
+}
 
 std::shared_ptr<const Engine::State> open_state(std::span<const std::byte> bytes, const std::string& name,
                                                 std::shared_ptr<const void> owner, bool verify_digest = true) {
@@ -48,15 +90,25 @@ std::shared_ptr<const Engine::State> open_state(std::span<const std::byte> bytes
   st->plan = plan::read_engine(bytes, name, owner, verify_digest);
   st->owner = std::move(owner);
   const auto& backend_name = st->plan.target.is_object() ? st->plan.target.value("backend", "") : "";
-  if (backend_name != "cpu")
+  if (backend_name == "cpu") {
+    st->backend = &runtime::cpu_backend();
+  } else if (backend_name == "cuda") {
+    try {
+      st->backend = &runtime::cuda_backend(-1);  // the calling thread's current device
+    } catch (const BuildError& e) {
+      throw IncompatibleEngineError("[engine] " + name + ": built for CUDA (" + st->plan.target.value("device", "?") +
+                                    "), which is not available here: " + e.what());
+    }
+  } else {
     throw IncompatibleEngineError("[engine] " + name + ": built for the '" + backend_name +
                                   "' backend, which this build of tensoracle does not have; rebuild it for this device");
-  st->backend = &runtime::cpu_backend();
+  }
   st->backend->check_compatible(st->plan.target);
   for (const auto& n : st->plan.graph.nodes) st->kernels.push_back(st->backend->instantiate(st->plan.graph, n));
   for (std::size_t i = 0; i < st->plan.io.size(); ++i) st->io_index.emplace(st->plan.io[i].name, i);
   for (const auto& v : st->plan.graph.values)
     if (v.constant) st->weight_bytes += v.constant->bytes().size();
+  upload_constants(*st);
   return st;
 }
 
@@ -126,6 +178,34 @@ std::vector<LayerInfo> Engine::layers() const {
 }
 
 std::string Engine::target_json() const { return state_->plan.target.dump(); }
+std::string Engine::device() const { return state_->backend->device(); }
+
+std::shared_ptr<void> Engine::allocate(std::size_t bytes) const {
+  auto st = state_;
+  void* p = st->backend->allocate(std::max<std::size_t>(bytes, 1));
+  return std::shared_ptr<void>(p, [st](void* q) { st->backend->deallocate(q); });
+}
+
+void Engine::copy_from_host(void* dst, const void* src, std::size_t bytes) const {
+  const auto& b = *state_->backend;
+  b.copy(dst, src, bytes, b.memory() == runtime::MemoryKind::kHost ? runtime::CopyKind::kDeviceToDevice : runtime::CopyKind::kHostToDevice, nullptr);
+  b.synchronize(nullptr);
+}
+
+void Engine::copy_to_host(void* dst, const void* src, std::size_t bytes) const {
+  const auto& b = *state_->backend;
+  b.copy(dst, src, bytes, b.memory() == runtime::MemoryKind::kHost ? runtime::CopyKind::kDeviceToDevice : runtime::CopyKind::kDeviceToHost, nullptr);
+  b.synchronize(nullptr);
+}
+
+std::shared_ptr<void> Engine::create_stream() const {
+  auto st = state_;
+  void* s = st->backend->create_stream();
+  if (!s) return nullptr;
+  return std::shared_ptr<void>(s, [st](void* q) { st->backend->destroy_stream(q); });
+}
+
+void Engine::synchronize(void* stream) const { state_->backend->synchronize(stream); }
 std::string Engine::plan_json() const { return plan::plan_to_json(state_->plan).dump(); }
 std::uint64_t Engine::activation_bytes() const noexcept { return state_->plan.memory.arena_bytes; }
 std::uint64_t Engine::naive_activation_bytes() const noexcept { return state_->plan.memory.naive_bytes; }
@@ -135,16 +215,35 @@ std::uint64_t Engine::weight_bytes() const noexcept { return state_->weight_byte
 
 struct Execution::State {
   Engine engine;
+  const runtime::Backend& backend;
   std::byte* arena = nullptr;
   std::vector<Dims> input_dims;       // per graph input; rank -1 style: `set` flags below
   std::vector<bool> input_set;
   std::vector<void*> addresses;       // per io entry
   std::vector<graph::TensorDesc> shapes;  // per value, valid when !dirty
+  graph::ShapeValues values;          // per value: shape-tensor values known on the host
+  // Device backends: the bytes of host-known shape tensors, uploaded instead of running their
+  // nodes (per value; empty when the node runs).
+  std::vector<std::vector<std::byte>> host_bytes;
   bool dirty = true;
+  // CUDA graphs: the shape epoch (bumped when an input shape changes) and addresses of the
+  // previous eager enqueue, and the recording made from them.
+  bool graph_replay = true;
+  std::uint64_t shape_epoch = 0;
+  std::uint64_t warm_epoch = ~0ull;
+  std::vector<void*> warm_addresses;
+  void* warm_stream = nullptr;
+  std::unique_ptr<runtime::Backend::Recording> recording;
+  // Execution::run on a device backend: I/O buffers in device memory and a stream of its own.
+  std::byte* io_block = nullptr;
+  std::vector<std::byte*> io_device;
+  void* run_stream = nullptr;
 
-  explicit State(Engine e) : engine(std::move(e)) {}
+  explicit State(Engine e) : engine(std::move(e)), backend(*engine.state_->backend) {}
   ~State() {
-    if (arena) engine.state_->backend->deallocate(arena);
+    if (arena) backend.deallocate(arena);
+    if (io_block) backend.deallocate(io_block);
+    if (run_stream) backend.destroy_stream(run_stream);
   }
   const plan::Plan& plan() const { return engine.state_->plan; }
 
@@ -160,7 +259,7 @@ struct Execution::State {
       if (!input_set[i])
         throw InvalidArgument("[execution] input '" + p.io[i].name + "' " + p.io[i].dims.str() +
                               " has dynamic dimensions: call set_input_shape first");
-    shapes = graph::infer_shapes(p.graph, input_dims, runtime::evaluate_shape_node);
+    shapes = graph::infer_shapes(p.graph, input_dims, runtime::evaluate_shape_node, &values);
     for (std::size_t v = 0; v < shapes.size(); ++v)
       if (!shapes[v].dims.all_known())
         throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' has dims " + shapes[v].dims.str() +
@@ -171,6 +270,24 @@ struct Execution::State {
         throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' would need " +
                               std::to_string(bytes_of(shapes[v].type, shapes[v].dims)) + " bytes at these input shapes, more than the " +
                               std::to_string(p.max_bytes[v]) + " planned for the profile's max");
+    host_bytes.assign(shapes.size(), {});
+    if (backend.memory() == runtime::MemoryKind::kDevice)
+      for (const auto& n : p.graph.nodes) {
+        auto o = static_cast<std::size_t>(n.output);
+        if (!values[o]) continue;
+        const auto& v = *values[o];
+        auto& b = host_bytes[o];
+        if (shapes[o].type == DataType::kINT32) {
+          b.resize(v.size() * 4);
+          for (std::size_t k = 0; k < v.size(); ++k) {
+            auto x = static_cast<std::int32_t>(v[k]);
+            std::memcpy(b.data() + 4 * k, &x, 4);
+          }
+        } else {
+          b.resize(v.size() * 8);
+          if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+        }
+      }
     dirty = false;
   }
 };
@@ -179,7 +296,7 @@ Execution Engine::create_execution() const {
   auto st = std::make_unique<Execution::State>(*this);
   const auto& p = state_->plan;
   std::uint64_t bytes = align_up(p.memory.arena_bytes) + p.workspace_bytes;
-  st->arena = static_cast<std::byte*>(state_->backend->allocate(bytes));
+  st->arena = static_cast<std::byte*>(st->backend.allocate(bytes));
   st->addresses.assign(p.io.size(), nullptr);
   std::size_t inputs = p.graph.inputs.size();
   st->input_dims.resize(inputs);
@@ -210,7 +327,10 @@ void Execution::set_input_shape(std::string_view name, const Dims& dims) {
     if (dims[k] < t.min[k] || dims[k] > t.max[k])
       throw InvalidArgument("[execution] input '" + t.name + "': shape " + dims.str() + " is outside the profile min " +
                             t.min.str() + ", max " + t.max.str() + " (dimension " + std::to_string(k) + ")");
-  if (!state_->input_set[i] || !(state_->input_dims[i] == dims)) state_->dirty = true;
+  if (!state_->input_set[i] || !(state_->input_dims[i] == dims)) {
+    state_->dirty = true;
+    ++state_->shape_epoch;
+  }
   state_->input_dims[i] = dims;
   state_->input_set[i] = true;
 }
@@ -223,7 +343,40 @@ Dims Execution::tensor_shape(std::string_view name) const {
 
 void Execution::set_tensor_address(std::string_view name, void* data) { state_->addresses[state_->io(name)] = data; }
 
-void Execution::enqueue(void* stream) { run_nodes(stream, nullptr); }
+void Execution::set_graph_replay(bool enabled) {
+  state_->graph_replay = enabled;
+  if (!enabled) state_->recording.reset();
+}
+bool Execution::graph_replay() const noexcept { return state_->graph_replay; }
+
+void Execution::enqueue(void* stream) {
+  auto& s = *state_;
+  const bool device = s.backend.memory() == runtime::MemoryKind::kDevice;
+  if (!device || !s.graph_replay || stream == nullptr) {
+    run_nodes(stream, nullptr);
+    return;
+  }
+  s.infer();
+  bool uploads = false;  // host-computed shape tensors are copied from pageable memory: not capturable
+  for (const auto& b : s.host_bytes) uploads = uploads || !b.empty();
+  const bool same = s.warm_epoch == s.shape_epoch && s.warm_addresses == s.addresses && s.warm_stream == stream;
+  if (uploads || !same) {
+    s.recording.reset();
+    run_nodes(stream, nullptr);
+    s.warm_epoch = s.shape_epoch;
+    s.warm_addresses = s.addresses;
+    s.warm_stream = stream;
+    return;
+  }
+  if (!s.recording) {
+    s.recording = s.backend.record(stream, [this](void* st) { run_nodes(st, nullptr); });
+    if (!s.recording) {
+      run_nodes(stream, nullptr);
+      return;
+    }
+  }
+  s.recording->replay(stream);
+}
 
 std::vector<double> Execution::enqueue_profiled(void* stream) {
   std::vector<double> seconds;
@@ -232,11 +385,13 @@ std::vector<double> Execution::enqueue_profiled(void* stream) {
 }
 
 void Execution::run_nodes(void* stream, std::vector<double>* seconds) {
-  if (stream != nullptr) throw InvalidArgument("[execution] the CPU backend takes no stream (pass none)");
   auto& s = *state_;
+  const auto& backend = s.backend;
+  backend.check_stream(stream);
   s.infer();
   const auto& p = s.plan();
   const auto& g = p.graph;
+  const bool device = backend.memory() == runtime::MemoryKind::kDevice;
   std::vector<void*> ptr(g.values.size(), nullptr);
   for (std::size_t i = 0; i < p.io.size(); ++i) {
     auto v = static_cast<std::size_t>(p.io_values[i]);
@@ -245,8 +400,9 @@ void Execution::run_nodes(void* stream, std::vector<double>* seconds) {
                             " '" + p.io[i].name + "': call set_tensor_address");
     ptr[v] = s.addresses[i];
   }
+  const auto& constants = s.engine.state_->constants;
   for (std::size_t v = 0; v < g.values.size(); ++v) {
-    if (g.values[v].constant) ptr[v] = const_cast<void*>(g.values[v].constant->values());
+    if (g.values[v].constant) ptr[v] = constants[v];
     else if (p.memory.offsets[v] >= 0) ptr[v] = s.arena + p.memory.offsets[v];
   }
   void* workspace = s.arena + align_up(p.memory.arena_bytes);
@@ -254,15 +410,23 @@ void Execution::run_nodes(void* stream, std::vector<double>* seconds) {
   std::vector<runtime::Buffer> in;
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     const auto& node = g.nodes[n];
-    in.clear();
-    for (int v : node.all_inputs()) {
-      auto u = static_cast<std::size_t>(v);
-      in.push_back({ptr[u], s.shapes[u].type, s.shapes[u].dims});
-    }
     auto o = static_cast<std::size_t>(node.output);
     const auto start = seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    kernels[n]->run(in, {ptr[o], s.shapes[o].type, s.shapes[o].dims}, workspace);
-    if (seconds) seconds->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (device && !s.host_bytes[o].empty()) {
+      // A shape tensor the host computed: its bytes, not a kernel.
+      if (ptr[o]) backend.copy(ptr[o], s.host_bytes[o].data(), s.host_bytes[o].size(), runtime::CopyKind::kHostToDevice, stream);
+    } else {
+      in.clear();
+      for (int v : node.all_inputs()) {
+        auto u = static_cast<std::size_t>(v);
+        in.push_back({ptr[u], s.shapes[u].type, s.shapes[u].dims, s.values[u] ? &*s.values[u] : nullptr});
+      }
+      kernels[n]->run(in, {ptr[o], s.shapes[o].type, s.shapes[o].dims}, workspace, stream);
+    }
+    if (seconds) {
+      backend.synchronize(stream);
+      seconds->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   }
 }
 
@@ -299,7 +463,39 @@ std::map<std::string, HostTensor> Execution::run(const std::map<std::string, Hos
     set_tensor_address(t.name, h.data.get());
     out.emplace(t.name, std::move(h));
   }
-  enqueue();
+  auto& s = *state_;
+  if (s.backend.memory() == runtime::MemoryKind::kHost) {
+    enqueue();
+    return out;
+  }
+  // A device backend: copy the inputs into device buffers (sized for the profile's max, made
+  // once), run on the execution's own stream, copy the outputs back.
+  if (!s.io_block) {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < p.io.size(); ++i) total += align_up(p.max_bytes[static_cast<std::size_t>(p.io_values[i])]);
+    s.io_block = static_cast<std::byte*>(s.backend.allocate(std::max<std::uint64_t>(total, kAlign)));
+    std::uint64_t at = 0;
+    for (std::size_t i = 0; i < p.io.size(); ++i) {
+      s.io_device.push_back(s.io_block + at);
+      at += align_up(p.max_bytes[static_cast<std::size_t>(p.io_values[i])]);
+    }
+    s.run_stream = s.backend.create_stream();
+  }
+  std::vector<const void*> host(p.io.size(), nullptr);
+  for (std::size_t i = 0; i < p.io.size(); ++i) {
+    host[i] = s.addresses[i];
+    s.addresses[i] = s.io_device[i];
+  }
+  s.infer();
+  for (std::size_t i = 0; i < p.io.size(); ++i) {
+    if (p.io[i].mode != TensorIOMode::kINPUT) continue;
+    const auto& d = s.shapes[static_cast<std::size_t>(p.io_values[i])];
+    s.backend.copy(s.io_device[i], host[i], bytes_of(d.type, d.dims), runtime::CopyKind::kHostToDevice, s.run_stream);
+  }
+  enqueue(s.run_stream);
+  for (auto& [name, h] : out)
+    s.backend.copy(h.data.get(), s.io_device[s.io(name)], h.nbytes, runtime::CopyKind::kDeviceToHost, s.run_stream);
+  s.backend.synchronize(s.run_stream);
   return out;
 }
 

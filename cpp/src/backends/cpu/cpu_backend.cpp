@@ -73,7 +73,7 @@ class CpuNodeKernel final : public NodeKernel {
     return align_up(main_ws) + 2 * align_up(biggest);
   }
 
-  void run(std::span<const Buffer> in, const Buffer& out, void* workspace) const override {
+  void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void*) const override {
     auto* ws = static_cast<std::byte*>(workspace);
     // oneDNN runs the main op and the first `done` epilogue ops as one primitive.
     std::size_t done = 0, accel_ws = 0;
@@ -338,17 +338,6 @@ const Backend& cpu_backend() {
   return backend;
 }
 
-const Backend& backend_for(const std::string& device) {
-  if (device == "cpu" || device == "auto" || device.empty()) return cpu_backend();
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
-    auto idx = device.size() > 5 ? device.substr(5) : std::string("0");
-    if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos)
-      throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda:N' or 'auto'");
-    throw BuildError("[build] device '" + device + "': this build of tensoracle has no CUDA backend yet; use 'cpu'");
-  }
-  throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda:N' or 'auto'");
-}
-
 namespace {
 
 // Runs node `n` once on host buffers with a workspace of its own.
@@ -358,7 +347,7 @@ void run_on_host(const graph::Graph& g, const graph::Node& n, std::span<const Bu
   void* wsp = ws.data();
   std::size_t space = ws.size();
   std::align(kAlign, 1, wsp, space);
-  kernel->run(in, out, wsp);
+  kernel->run(in, out, wsp, nullptr);
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// The backend registry: the CPU backend lives in the core library; the CUDA backend is
+// libtensoracle_cuda.so, opened with dlopen the first time a CUDA device is asked for, so the
+// core, the CLI and the Python package work on machines without CUDA.
+//
+// Where the library is looked for, in order: $TENSORACLE_CUDA_BACKEND (a file path); beside
+// the module that holds this code (the Python extension's folder, the CLI's folder); that
+// folder's ../lib; then the dynamic linker's own search (LD_LIBRARY_PATH, ...).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "runtime/backend.h"
+#include "tensoracle/errors.h"
+
+namespace tensoracle::runtime {
+
+void Backend::copy(void* dst, const void* src, std::size_t bytes, CopyKind, void*) const {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void Backend::check_stream(void* stream) const {
+  if (stream != nullptr)
+    throw InvalidArgument("[execution] the " + std::string(name() == "cpu" ? "CPU" : name()) + " backend takes no stream (pass none)");
+}
+
+namespace {
+
+// The entry point libtensoracle_cuda.so exports (backends/cuda/cuda_backend.cpp).
+using CudaEntry = const Backend* (*)(int abi_version, int device_index, char* error, std::size_t error_size);
+constexpr const char* kCudaLibrary = "libtensoracle_cuda.so";
+constexpr const char* kCudaEntry = "tensoracle_cuda_backend";
+
+std::filesystem::path this_module_folder() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cuda_backend), &info) == 0 || info.dli_fname == nullptr) return {};
+  std::error_code ec;
+  auto path = std::filesystem::canonical(info.dli_fname, ec);
+  if (ec) {  // the main program's name may be relative to a folder we left: ask the kernel
+    path = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return {};
+  }
+  return path.parent_path();
+}
+
+struct CudaLibrary {
+  CudaEntry entry = nullptr;
+  std::string error;  // why there is no entry
+};
+
+CudaLibrary open_cuda_library() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("TENSORACLE_CUDA_BACKEND"); env && *env) {
+    candidates.emplace_back(env);
+  } else {
+    auto here = this_module_folder();
+    if (!here.empty()) {
+      candidates.push_back((here / kCudaLibrary).string());
+      candidates.push_back((here.parent_path() / "lib" / kCudaLibrary).string());
+    }
+    candidates.emplace_back(kCudaLibrary);
+  }
+  CudaLibrary lib;
+  std::string tried;
+  for (const auto& c : candidates) {
+    const bool is_path = c.find('/') != std::string::npos;
+    std::error_code ec;
+    if (is_path && !std::filesystem::exists(c, ec)) {
+      tried += "\n  " + c + ": not found";
+      continue;
+    }
+    // RTLD_LOCAL: the backend's copies of core symbols stay its own.
+    void* handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      tried += "\n  " + c + ": " + (why ? why : "dlopen failed");
+      continue;
+    }
+    lib.entry = reinterpret_cast<CudaEntry>(dlsym(handle, kCudaEntry));
+    if (lib.entry == nullptr) {
+      lib.error = c + " does not export " + kCudaEntry + "; it is not a tensoracle CUDA backend";
+      dlclose(handle);
+      return lib;
+    }
+    return lib;  // kept open for the life of the process
+  }
+  lib.error = std::string("the CUDA backend library ") + kCudaLibrary +
+              " could not be loaded (this build of tensoracle may have none: it is built where a CUDA toolkit with "
+              "cuBLASLt is found; set TENSORACLE_CUDA_BACKEND to its path otherwise). Tried:" + tried;
+  return lib;
+}
+
+}  // namespace
+
+const Backend& cuda_backend(int index) {
+  static const CudaLibrary lib = open_cuda_library();
+  if (lib.entry == nullptr) throw BuildError("[cuda] " + lib.error);
+  char error[1024] = {};
+  const Backend* backend = lib.entry(kBackendAbiVersion, index, error, sizeof error);
+  if (backend == nullptr) throw BuildError(std::string("[cuda] ") + error);
+  return *backend;
+}
+
+const Backend& backend_for(const std::string& device) {
+  if (device == "cpu" || device == "auto" || device.empty()) return cpu_backend();
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    auto idx = device.size() > 5 ? device.substr(5) : std::string("0");
+    if (idx.empty() || idx.size() > 4 || idx.find_first_not_of("0123456789") != std::string::npos)
+      throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda', 'cuda:N' or 'auto'");
+    try {
+      return cuda_backend(std::stoi(idx));
+    } catch (const BuildError& e) {
+      throw BuildError("[build] device '" + device + "': " + e.what());
+    }
+  }
+  throw InvalidArgument("[build] device '" + device + "' is not 'cpu', 'cuda', 'cuda:N' or 'auto'");
+}
+
+}  // namespace tensoracle::runtime
