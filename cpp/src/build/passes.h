@@ -37,7 +37,7 @@ struct MemoryPlan {
   std::vector<std::int64_t> offsets;  // per value; -1 when not in the arena
   std::uint64_t arena_bytes = 0;      // peak
   std::uint64_t naive_bytes = 0;      // sum of all arena values' sizes (no sharing)
-  static constexpr std::uint64_t kAlignment = 64;
+  static constexpr std::uint64_t kAlignment = 256;
 };
 MemoryPlan plan_memory(const graph::Graph& g, const std::vector<std::uint64_t>& value_bytes);
 

@@ -15,7 +15,7 @@ namespace tensoracle {
 
 namespace {
 
-constexpr std::size_t kAlign = 64;
+constexpr std::size_t kAlign = 256;  // what GPU kernels (cuBLASLt's among them) like best
 std::uint64_t align_up(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 std::uint64_t bytes_of(DataType t, const Dims& d) {
