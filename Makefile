@@ -15,8 +15,10 @@ FUZZ_SECONDS ?= 30
 
 CPP_SOURCES := $(shell find cpp -type f \( -name '*.cpp' -o -name '*.h' -o -name 'CMakeLists.txt' -o -name '*.cmake' \))
 PY_SOURCES  := $(shell find python/native python/src -type f) python/CMakeLists.txt python/pyproject.toml
-CUDA_WHEELS := $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13))
-CMAKE_ARGS  := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) $(if $(CUDA_WHEELS),-DTENSORACLE_CUDA_WHEELS=$(abspath $(CUDA_WHEELS)))
+# The CUDA wheels' folder (cuBLASLt when the toolkit has none), looked up when the recipe runs:
+# setup may have just installed it.
+CUDA_WHEELS  = $$(ls -d $(abspath $(VENV))/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -1)
+CMAKE_ARGS  := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA))
 
 .PHONY: all setup apt cpp python fuzz-build test demo bench clean
 all: cpp python
@@ -32,7 +34,7 @@ $(VENV)/.stamp: python/pyproject.toml scripts/setup-venv.sh | apt
 
 # The standalone C++ build: library, CLI, tests.
 cpp: setup
-	@[ -f $(BUILD)/cpp/build.ninja ] || $(CMAKE) -S cpp -B $(BUILD)/cpp $(CMAKE_ARGS) >/dev/null
+	@[ -f $(BUILD)/cpp/build.ninja ] || $(CMAKE) -S cpp -B $(BUILD)/cpp $(CMAKE_ARGS) -DTENSORACLE_CUDA_WHEELS="$(CUDA_WHEELS)" >/dev/null
 	$(CMAKE) --build $(BUILD)/cpp
 
 # The Python package (extension + CLI) installed into the virtual environment.
@@ -47,7 +49,7 @@ $(BUILD)/python.stamp: $(VENV)/.stamp $(CPP_SOURCES) $(PY_SOURCES)
 fuzz-build: setup
 	@if command -v clang++ >/dev/null; then \
 	  [ -f $(BUILD)/fuzz/build.ninja ] || CC=clang CXX=clang++ $(CMAKE) -S cpp -B $(BUILD)/fuzz $(CMAKE_ARGS) \
-	    -DTENSORACLE_FUZZ=ON -DTENSORACLE_BUILD_TESTS=OFF -DTENSORACLE_BUILD_TOOLS=OFF >/dev/null; \
+	    -DTENSORACLE_FUZZ=ON -DTENSORACLE_CUDA=OFF -DTENSORACLE_BUILD_TESTS=OFF -DTENSORACLE_BUILD_TOOLS=OFF >/dev/null; \
 	  $(CMAKE) --build $(BUILD)/fuzz; \
 	else echo "fuzz: clang not found, fuzz targets not built"; fi
 

@@ -22,3 +22,12 @@ PY
 mapfile -t reqs <<<"$deps"
 echo "setup: installing ${reqs[*]}"
 "${pip[@]}" install "${reqs[@]}"
+# The CUDA backend needs cuBLASLt beside nvcc; a toolkit without it (or nvcc from the
+# nvidia-cuda-nvcc wheel) gets it from the nvidia-cublas wheel. No toolkit: nothing to do.
+nvcc=$(command -v nvcc || true)
+[[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
+if [[ -n "$nvcc" && ! -e "$(dirname "$nvcc")/../include/cublasLt.h" ]] &&
+   ! compgen -G "$venv/lib/python3*/site-packages/nvidia/cu13/include/cublasLt.h" >/dev/null; then
+  echo "setup: $nvcc has no cuBLASLt beside it; installing the nvidia-cublas wheel for the CUDA backend"
+  "${pip[@]}" install nvidia-cublas
+fi

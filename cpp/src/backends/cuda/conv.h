@@ -1,0 +1,122 @@
+// Internal to the CUDA backend: convolution, deconvolution (transposed convolution) and einsum,
+// with the semantics of the CPU kernels (backends/cpu/kernels_conv.cpp, kernels_index.cpp; the
+// conformance suite compares the two backends). One object per node, built once (it keeps the
+// node's cuBLASLt plans); workspace_bytes() is asked at build time with the profile's largest
+// shapes (data pointers may be null: it reads no device memory), run() then works at any shapes
+// up to those with that much workspace. run() launches everything asynchronously on `stream`:
+// no allocation, no synchronization, no host read of device data. Implemented in conv.cu.
+//
+// Numerics (as the CPU): float32, float16 and bfloat16 only; products and sums in float32 (the
+// GEMMs run with CUBLAS_COMPUTE_32F: float32 never becomes TF32; float16/bfloat16 operands feed
+// the tensor cores, whose products of them are exact in float32), the bias added in float32, and
+// one rounding to the output type at the end. Deconvolution accumulates every contribution to an
+// output element in float32 and rounds once. Einsum reduces a letter that only one operand has
+// in double (rounded to float32, as the CPU), one-input einsum likewise. Results differ from the
+// CPU's only by the float32 rounding of a different summation order.
+//
+// Errors: the CPU kernels' checks with the same messages and exception types, prefixed "[cuda]"
+// ("[cuda] convolution: ..."), thrown before anything is launched; a failed launch or cuBLASLt
+// call throws tensoracle::Error naming the node.
+//
+// Workspace (bytes; at most the returned size is used; 256-byte alignment of the pointer is
+// expected, as the backend's allocations give):
+//   convolution    0 for a depthwise convolution (one input channel per group: direct kernel);
+//                  else kGemmWorkspaceBytes + 256 + bpp * min(N * P, max(1, kChunkBytes / bpp))
+//                  with P = output positions per image and bpp (bytes per output position) =
+//                  C * kvol * elem (im2col columns; 0 for an unpadded 1x1 stride-1 convolution,
+//                  which reads its input in place) + (float16/bfloat16: 4 * K, the float32 GEMM
+//                  result before bias and rounding); the batch (or, when one image exceeds
+//                  kChunkBytes, the positions of one image) is processed in chunks that fit.
+//   deconvolution  kGemmWorkspaceBytes + 256 + u * min(N * K * Q, max(1, kChunkBytes / u)) with
+//                  u = 4 * kvol (float32 GEMM columns per image, output channel and input
+//                  position; Q = input positions per image): whole images per chunk, else blocks
+//                  of output channels of one image, else one channel in tiles of input positions;
+//                  in that last case (4 * kvol * Q > kChunkBytes), float16/bfloat16 add 256 +
+//                  4 * (output positions per image) for the channel's float32 accumulator.
+//   einsum         0 for one input; else kGemmWorkspaceBytes + the operands that cannot be read
+//                  in place (permuted and/or reduced) and the GEMM result when it is not the
+//                  output's layout: B*M*K, B*K*N and B*M*N elements of the GEMM type (each
+//                  rounded up to 256 bytes), as the CPU's einsum_workspace_bytes.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels.h"
+
+namespace tensoracle::cuda {
+
+// Bound on the chunked buffers of convolution and deconvolution (im2col columns, float32 GEMM
+// results), beyond cuBLASLt's kGemmWorkspaceBytes.
+inline constexpr std::size_t kChunkBytes = std::size_t{256} << 20;
+
+class StridedGemm;  // conv.cu: strided-batched cuBLASLt GEMMs with arbitrary leading dims
+
+class ConvolutionKernel {
+ public:
+  // `node_name` names the node in cuBLASLt errors; `handle` outlives the object.
+  ConvolutionKernel(cublasLtHandle_t handle, std::string node_name, ConvolutionParams p);
+  ~ConvolutionKernel();
+  ConvolutionKernel(const ConvolutionKernel&) = delete;
+  ConvolutionKernel& operator=(const ConvolutionKernel&) = delete;
+
+  // Sizing only (x, out: type and dims; data not read; the kernel's dims are implied by the
+  // parameters, as the CPU's convolution_workspace_bytes).
+  std::size_t workspace_bytes(const TensorRef& x, const TensorRef& kernel, const TensorRef& out) const;
+  // x [N, C, spatial...], kernel [K, C / groups, k...] (any dims of that volume), optional bias
+  // [K] (any dims of K elements), out [N, K, spatial...]; all one float type.
+  void run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out, void* workspace,
+           cudaStream_t stream) const;
+
+ private:
+  std::string name_;
+  ConvolutionParams params_;
+  std::unique_ptr<StridedGemm> gemm_;
+};
+
+class DeconvolutionKernel {
+ public:
+  DeconvolutionKernel(cublasLtHandle_t handle, std::string node_name, DeconvolutionParams p);
+  ~DeconvolutionKernel();
+  DeconvolutionKernel(const DeconvolutionKernel&) = delete;
+  DeconvolutionKernel& operator=(const DeconvolutionKernel&) = delete;
+
+  std::size_t workspace_bytes(const TensorRef& x, const TensorRef& kernel, const TensorRef& out) const;
+  // x [N, C, spatial...], kernel [C, K / groups, k...], optional bias [K], out [N, K, spatial...].
+  void run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out, void* workspace,
+           cudaStream_t stream) const;
+
+ private:
+  std::string name_;
+  DeconvolutionParams params_;
+  std::unique_ptr<StridedGemm> gemm_;
+};
+
+class EinsumKernel {
+ public:
+  EinsumKernel(cublasLtHandle_t handle, std::string node_name, EinsumParams p);
+  ~EinsumKernel();
+  EinsumKernel(const EinsumKernel&) = delete;
+  EinsumKernel& operator=(const EinsumKernel&) = delete;
+
+  // Sizing only (types and dims; data not read).
+  std::size_t workspace_bytes(std::span<const TensorRef> inputs, const TensorRef& out) const;
+  // One or two inputs of one float type; the output in the equation's letter order.
+  void run(std::span<const TensorRef> inputs, const TensorRef& out, void* workspace, cudaStream_t stream) const;
+
+ private:
+  std::string name_;
+  EinsumParams params_;
+  // One cuda::Gemm per (op0, op1) in {NONE, TRANSPOSE}^2: which one a call needs depends on the
+  // operands' layouts at its shapes. Index [a transposed][b transposed].
+  std::unique_ptr<Gemm> gemm_[2][2];
+};
+
+}  // namespace tensoracle::cuda

@@ -1,0 +1,567 @@
+// The CUDA backend (libtensoracle_cuda.so): device memory, streams and copies through the CUDA
+// runtime; matrix multiplies through cuBLASLt (gemm.h); every other layer through the kernels
+// of kernels.h. A node's epilogue runs as in-order pointwise passes over scratch buffers, as on
+// the CPU, except a bias row and ReLU / GELU (tanh) after a matrix multiply, which cuBLASLt's
+// own epilogue applies. Executions of fixed shapes replay CUDA graphs (record()).
+//
+// The core opens this library with dlopen and calls tensoracle_cuda_backend (below) once per
+// device; everything else goes through the runtime::Backend interface.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "backends/cuda/conv.h"
+#include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels.h"
+#include "graph/ops.h"
+#include "runtime/backend.h"
+#include "tensoracle/errors.h"
+
+namespace tensoracle::runtime {
+
+namespace {
+
+void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw Error("[cuda] " + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::size_t bytes_of(const graph::TensorDesc& d) {
+  auto v = d.dims.volume();
+  return v < 0 ? 0 : static_cast<std::size_t>(v) * element_size(d.type);
+}
+
+cuda::TensorRef ref(const Buffer& b) { return {b.data, b.type, b.dims}; }
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Makes `index` the calling thread's current device for the scope, then restores the caller's.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == index) previous_ = -1;
+    else check(cudaSetDevice(index), "selecting device " + std::to_string(index));
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+// The ops of a matrix multiply's epilogue cuBLASLt applies itself: a SUM with a constant bias
+// row ([1, ..., 1, N] in the output's type), optionally followed by RELU or GELU_TANH. Returns
+// how many of the node's epilogue ops that covers (0, 1 or 2) and the GEMM epilogue.
+std::pair<std::size_t, cuda::GemmEpilogue> lt_epilogue(const graph::Graph& g, const graph::Node& n) {
+  if (n.type() != LayerType::kMATRIX_MULTIPLY || n.epilogue.empty()) return {0, cuda::GemmEpilogue::kNONE};
+  const auto& first = n.epilogue[0];
+  const auto* e = std::get_if<ElementWiseParams>(&first.params);
+  if (!e || e->op != ElementWiseOperation::kSUM || first.operand < 0) return {0, cuda::GemmEpilogue::kNONE};
+  const auto& bias = g.values[static_cast<std::size_t>(first.operand)];
+  const auto& mm_out = n.main_desc;  // the matrix multiply's result, before the epilogue
+  if (!bias.constant || bias.desc.type != mm_out.type || bias.desc.dims.rank() != mm_out.dims.rank() || mm_out.dims.rank() < 1)
+    return {0, cuda::GemmEpilogue::kNONE};
+  const int r = bias.desc.dims.rank();
+  for (int i = 0; i + 1 < r; ++i)
+    if (bias.desc.dims[i] != 1) return {0, cuda::GemmEpilogue::kNONE};
+  if (bias.desc.dims[r - 1] != mm_out.dims[r - 1] || mm_out.dims[r - 1] < 1) return {0, cuda::GemmEpilogue::kNONE};
+  if (n.epilogue.size() >= 2)
+    if (const auto* a = std::get_if<ActivationParams>(&n.epilogue[1].params)) {
+      if (a->type == ActivationType::kRELU) return {2, cuda::GemmEpilogue::kBIAS_RELU};
+      if (a->type == ActivationType::kGELU_TANH) return {2, cuda::GemmEpilogue::kBIAS_GELU_TANH};
+    }
+  return {1, cuda::GemmEpilogue::kBIAS};
+}
+
+class CudaBackend;
+
+class CudaNodeKernel final : public NodeKernel {
+ public:
+  CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g, const graph::Node& n);
+
+  std::vector<graph::TensorDesc> chain(std::span<const Buffer> in) const {
+    std::vector<graph::TensorDesc> descs;
+    std::vector<graph::TensorDesc> main_in;
+    for (std::size_t i = 0; i < node_.inputs.size(); ++i) main_in.push_back({in[i].type, in[i].dims});
+    descs.push_back(graph::infer(node_.params, main_in, std::span(facts_).first(node_.inputs.size()))[0]);
+    std::size_t k = node_.inputs.size();
+    for (const auto& op : node_.epilogue) {
+      std::vector<graph::TensorDesc> ein{descs.back()};
+      std::vector<graph::InputFacts> ef{graph::InputFacts{}};
+      if (op.operand >= 0) {
+        ein.push_back({in[k].type, in[k].dims});
+        ef.push_back(facts_[k]);
+        ++k;
+        if (op.operand_first) {
+          std::swap(ein[0], ein[1]);
+          std::swap(ef[0], ef[1]);
+        }
+      }
+      descs.push_back(graph::infer(op.params, ein, ef)[0]);
+    }
+    return descs;
+  }
+
+  // Scratch of the node's own op at these shapes (`main` describes its result).
+  std::size_t main_workspace(std::span<const Buffer> in, const graph::TensorDesc& main) const {
+    const cuda::TensorRef o{nullptr, main.type, main.dims};
+    if (gemm_) return cuda::kGemmWorkspaceBytes;
+    if (conv_) return conv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
+    if (deconv_) return deconv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
+    if (einsum_) {
+      std::vector<cuda::TensorRef> refs;
+      for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
+      return einsum_->workspace_bytes(refs, o);
+    }
+    return 0;
+  }
+
+  std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
+    auto descs = chain(in);
+    const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
+    if (node_.epilogue.size() == lt_fused_) return main_ws;
+    std::size_t biggest = 0;
+    for (std::size_t i = lt_fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
+    return main_ws + 2 * align_up(biggest);
+  }
+
+  void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const override;
+
+ private:
+  void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
+
+  const CudaBackend& backend_;
+  graph::Node node_;
+  std::vector<graph::InputFacts> facts_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  std::unique_ptr<cuda::ConvolutionKernel> conv_;
+  std::unique_ptr<cuda::DeconvolutionKernel> deconv_;
+  std::unique_ptr<cuda::EinsumKernel> einsum_;
+  std::size_t lt_fused_ = 0;  // epilogue ops cuBLASLt applies
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int index) : index_(index) {
+    DeviceGuard guard(index_);
+    check(cudaGetDeviceProperties(&prop_, index_), "reading the properties of device " + std::to_string(index_));
+    cudaDriverGetVersion(&driver_);
+    cudaRuntimeGetVersion(&runtime_);
+    cuda::check_lt(cublasLtCreate(&lt_), "creating a cuBLASLt handle");
+  }
+  ~CudaBackend() override {
+    if (lt_) cublasLtDestroy(lt_);
+  }
+
+  int index() const { return index_; }
+  cublasLtHandle_t lt() const { return lt_; }
+
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return "cuda:" + std::to_string(index_); }
+
+  nlohmann::json target() const override {
+    return {{"backend", "cuda"},
+            {"device", prop_.name},
+            {"compute_capability", std::to_string(prop_.major) + "." + std::to_string(prop_.minor)},
+            {"driver", driver_},
+            {"runtime", runtime_},
+            {"cublaslt", cublasLtGetVersion()}};
+  }
+
+  void check_compatible(const nlohmann::json& t) const override {
+    if (!t.is_object() || t.value("backend", "") != "cuda")
+      throw IncompatibleEngineError("[engine] the engine was built for backend '" +
+                                    (t.is_object() ? t.value("backend", std::string("?")) : std::string("?")) +
+                                    "', not CUDA; rebuild it for this device");
+    const std::string cc = std::to_string(prop_.major) + "." + std::to_string(prop_.minor);
+    if (t.value("compute_capability", std::string()) != cc)
+      throw IncompatibleEngineError("[engine] the engine was built for " + t.value("device", std::string("?")) +
+                                    " (compute capability " + t.value("compute_capability", std::string("?")) +
+                                    "); this device is " + prop_.name + " (compute capability " + cc +
+                                    "); rebuild it here");
+  }
+
+  std::string unsupported_reason(const graph::Graph&, const graph::Node&) const override { return ""; }
+
+  bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {
+    if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
+    if (const auto* s = std::get_if<SliceParams>(&producer.params); s && (s->tensor_inputs & 0x7)) return false;
+    if (std::holds_alternative<ShapeParams>(producer.params)) return false;
+    return std::holds_alternative<ActivationParams>(op.params) || std::holds_alternative<CastParams>(op.params) ||
+           std::holds_alternative<ElementWiseParams>(op.params);
+  }
+
+  std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const override {
+    if (n.type() == LayerType::kMATRIX_MULTIPLY) {
+      auto [fused, e] = lt_epilogue(g, n);
+      return {fused ? "cuda.gemm.cublaslt.epilogue" + std::to_string(fused) : "cuda.gemm.cublaslt"};
+    }
+    return {"cuda." + std::string(layer_type_name(n.type()))};
+  }
+
+  std::unique_ptr<NodeKernel> instantiate(const graph::Graph& g, const graph::Node& n) const override {
+    return std::make_unique<CudaNodeKernel>(*this, g, n);
+  }
+
+  // Matrix multiplies from level 2: times cuBLASLt's top candidates at the profile's opt shapes
+  // (on scratch buffers of this device) and stores the fastest algorithm in the tactic
+  // ("<tactic>/algo:<hex>"), which instantiate() hands to the Gemm. Other nodes: the one tactic.
+  std::string choose_tactic(const graph::Graph& g, const graph::Node& n, std::span<const graph::TensorDesc> in,
+                            const graph::TensorDesc& out, int level) const override {
+    std::string base = tactics(g, n).front();
+    const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
+    if (!mm || level < 2) return base;
+    // The matrix multiply's own result at these shapes (n.main_desc may hold -1s).
+    std::vector<graph::TensorDesc> main_in(in.begin(), in.begin() + 2);
+    std::vector<graph::InputFacts> facts(2);
+    const graph::TensorDesc main = graph::infer(n.params, main_in, facts)[0];
+    if (!main.dims.all_known()) return base;
+    auto [fused, epilogue] = lt_epilogue(g, n);
+    (void)out;
+    DeviceGuard guard(index_);
+    cuda::Gemm gemm(lt_, n.name, *mm, epilogue);
+    // Scratch operands filled with values of magnitude 0.5 to 1 and random signs and mantissas:
+    // tensor cores run measurably faster on zeros (less switching), which would mislead the
+    // timing. The values never reach an engine.
+    std::vector<void*> owned;
+    std::uint64_t seed = 0x9e3779b97f4a7c15ull;
+    auto scratch = [&](std::size_t bytes, DataType type = DataType::kINT8) {
+      bytes = std::max<std::size_t>(bytes, 256);
+      void* p = allocate(bytes);
+      owned.push_back(p);
+      std::vector<std::uint32_t> host((bytes + 3) / 4);
+      for (auto& word : host) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        const auto r = static_cast<std::uint32_t>(seed);
+        switch (type) {
+          case DataType::kFLOAT: word = (r & 0x807FFFFFu) | 0x3F000000u; break;
+          case DataType::kHALF: word = (r & 0x83FF83FFu) | 0x38003800u; break;
+          case DataType::kBF16: word = (r & 0x807F807Fu) | 0x3F003F00u; break;
+          default: word = 0;
+        }
+      }
+      check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "filling tuning buffers");
+      return p;
+    };
+    std::string best;
+    try {
+      cuda::TensorRef a{scratch(bytes_of(in[0]), in[0].type), in[0].type, in[0].dims};
+      cuda::TensorRef b{scratch(bytes_of(in[1]), in[1].type), in[1].type, in[1].dims};
+      cuda::TensorRef o{scratch(bytes_of(main)), main.type, main.dims};
+      void* bias = fused ? scratch(bytes_of(in[2]), in[2].type) : nullptr;
+      void* ws = scratch(cuda::kGemmWorkspaceBytes);
+      auto algos = gemm.candidates(a, b, bias, o, 8);
+      cudaStream_t stream = static_cast<cudaStream_t>(create_stream());
+      cudaEvent_t start, stop;
+      cudaEventCreate(&start);
+      cudaEventCreate(&stop);
+      float best_ms = 0;
+      for (const auto& algo : algos) {
+        try {
+          for (int i = 0; i < 2; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream);
+          cudaEventRecord(start, stream);
+          const int reps = 5;
+          for (int i = 0; i < reps; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream);
+          cudaEventRecord(stop, stream);
+          check(cudaEventSynchronize(stop), "timing a GEMM algorithm");
+          float ms = 0;
+          cudaEventElapsedTime(&ms, start, stop);
+          if (best.empty() || ms < best_ms) {
+            best_ms = ms;
+            best = cuda::algo_to_hex(algo);
+          }
+        } catch (const Error&) {
+          cudaGetLastError();  // a candidate that fails to launch is not a choice
+        }
+      }
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      destroy_stream(stream);
+    } catch (...) {
+      for (void* p : owned) deallocate(p);
+      throw;
+    }
+    for (void* p : owned) deallocate(p);
+    return best.empty() ? base : base + "/algo:" + best;
+  }
+
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
+
+  void* allocate(std::size_t bytes) const override {
+    if (bytes == 0) return nullptr;
+    DeviceGuard guard(index_);
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, align_up(bytes)); e != cudaSuccess) {
+      cudaGetLastError();  // clear it
+      std::size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw Error("[cuda] allocating " + std::to_string(bytes) + " bytes on device " + std::to_string(index_) + " (" +
+                  prop_.name + ", " + std::to_string(free >> 20) + " MiB free of " + std::to_string(total >> 20) +
+                  " MiB): " + cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void deallocate(void* p) const noexcept override {
+    if (!p) return;
+    DeviceGuard guard(index_);
+    cudaFree(p);
+  }
+
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind, void* stream) const override {
+    if (bytes == 0) return;
+    const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                             : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                               : cudaMemcpyDeviceToDevice;
+    DeviceGuard guard(index_);
+    check(cudaMemcpyAsync(dst, src, bytes, k, as_stream(stream)), "copying " + std::to_string(bytes) + " bytes");
+  }
+
+  void* create_stream() const override {
+    DeviceGuard guard(index_);
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
+    return s;
+  }
+  void destroy_stream(void* s) const noexcept override {
+    if (s) cudaStreamDestroy(as_stream(s));
+  }
+  void synchronize(void* s) const override {
+    DeviceGuard guard(index_);
+    check(cudaStreamSynchronize(as_stream(s)), "running the engine");
+  }
+  void check_stream(void*) const override {}
+
+  struct Graph final : Recording {
+    cudaGraphExec_t exec = nullptr;
+    int device = 0;
+    ~Graph() override {
+      if (exec) cudaGraphExecDestroy(exec);
+    }
+    void replay(void* stream) const override {
+      DeviceGuard guard(device);
+      check(cudaGraphLaunch(exec, as_stream(stream)), "replaying the execution's CUDA graph");
+    }
+  };
+
+  std::unique_ptr<Recording> record(void* stream, const std::function<void(void*)>& launches) const override {
+    if (stream == nullptr) return nullptr;  // the legacy default stream cannot be captured
+    DeviceGuard guard(index_);
+    check(cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeThreadLocal), "capturing a CUDA graph");
+    cudaGraph_t graph = nullptr;
+    try {
+      launches(stream);
+    } catch (...) {
+      cudaStreamEndCapture(as_stream(stream), &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check(cudaStreamEndCapture(as_stream(stream), &graph), "capturing a CUDA graph");
+    auto rec = std::make_unique<Graph>();
+    rec->device = index_;
+    cudaError_t e = cudaGraphInstantiate(&rec->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(e, "instantiating a CUDA graph");
+    return rec;
+  }
+
+ private:
+  int index_;
+  cudaDeviceProp prop_{};
+  int driver_ = 0, runtime_ = 0;
+  cublasLtHandle_t lt_ = nullptr;
+};
+
+CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g, const graph::Node& n)
+    : backend_(backend), node_(n) {
+  for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
+  if (const auto* c = std::get_if<ConvolutionParams>(&n.params))
+    conv_ = std::make_unique<cuda::ConvolutionKernel>(backend.lt(), n.name, *c);
+  if (const auto* d = std::get_if<DeconvolutionParams>(&n.params))
+    deconv_ = std::make_unique<cuda::DeconvolutionKernel>(backend.lt(), n.name, *d);
+  if (const auto* e = std::get_if<EinsumParams>(&n.params)) einsum_ = std::make_unique<cuda::EinsumKernel>(backend.lt(), n.name, *e);
+  if (const auto* p = std::get_if<MatrixMultiplyParams>(&n.params)) {
+    auto [fused, epilogue] = lt_epilogue(g, n);
+    lt_fused_ = fused;
+    gemm_ = std::make_unique<cuda::Gemm>(backend.lt(), n.name, *p, epilogue);
+    if (auto at = n.tactic.find("/algo:"); at != std::string::npos) {
+      cublasLtMatmulAlgo_t algo{};
+      if (!cuda::algo_from_hex(n.tactic.substr(at + 6), algo))
+        throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's GEMM algorithm is malformed");
+      gemm_->prefer(algo);
+    }
+  }
+}
+
+void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const {
+  DeviceGuard guard(backend_.index());
+  auto* ws = static_cast<std::byte*>(workspace);
+  const cudaStream_t s = as_stream(stream);
+  if (node_.epilogue.size() == lt_fused_) {
+    run_main(in, out, ws, s);
+    return;
+  }
+  auto descs = chain(in);
+  std::size_t biggest = 0;
+  for (std::size_t i = lt_fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
+  const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
+  std::byte* scratch[2] = {ws + main_ws, ws + main_ws + align_up(biggest)};
+  const std::size_t done = lt_fused_;
+  Buffer cur{scratch[done % 2], descs[done].type, descs[done].dims};
+  run_main(in, cur, ws, s);
+  std::size_t k = node_.inputs.size();
+  for (std::size_t i = 0; i < done; ++i)
+    if (node_.epilogue[i].operand >= 0) ++k;
+  for (std::size_t i = done; i < node_.epilogue.size(); ++i) {
+    const auto& op = node_.epilogue[i];
+    const bool last = i + 1 == node_.epilogue.size();
+    Buffer next = last ? out : Buffer{scratch[(i + 1) % 2], descs[i + 1].type, descs[i + 1].dims};
+    if (const auto* a = std::get_if<ActivationParams>(&op.params)) {
+      cuda::activation(*a, ref(cur), ref(next), s);
+    } else if (std::holds_alternative<CastParams>(op.params)) {
+      cuda::cast(ref(cur), ref(next), s);
+    } else if (const auto* e = std::get_if<ElementWiseParams>(&op.params)) {
+      const Buffer& other = in[k++];
+      if (op.operand_first) cuda::elementwise(e->op, ref(other), ref(cur), ref(next), s);
+      else cuda::elementwise(e->op, ref(cur), ref(other), ref(next), s);
+    } else {
+      throw BuildError("[cuda] node '" + node_.name + "': layer '" + op.layer + "' cannot run as an epilogue");
+    }
+    cur = next;
+  }
+}
+
+// Host values of a slice's shape-tensor input (start, size or stride).
+Dims host_dims(const Buffer& b, const std::string& node) {
+  if (!b.host_values)
+    throw UnsupportedError("[cuda] node '" + node + "': slice bounds computed on the device are not supported; derive them "
+                           "from add_shape outputs and constants");
+  return Dims(std::span<const std::int64_t>(*b.host_values));
+}
+
+void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const {
+  std::visit(
+      [&](const auto& p) {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
+          const void* bias = lt_fused_ > 0 ? in[node_.inputs.size()].data : nullptr;
+          gemm_->run(ref(in[0]), ref(in[1]), bias, ref(out), ws, s);
+        } else if constexpr (std::is_same_v<P, ElementWiseParams>) {
+          cuda::elementwise(p.op, ref(in[0]), ref(in[1]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, ActivationParams>) {
+          cuda::activation(p, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, CastParams>) {
+          cuda::cast(ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, QuantizeParams>) {
+          cuda::quantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out), s);
+        } else if constexpr (std::is_same_v<P, DequantizeParams>) {
+          cuda::dequantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out), s);
+        } else if constexpr (std::is_same_v<P, ShuffleParams>) {
+          ShuffleParams q = p;
+          if (node_.inputs.size() > 1) q.reshape_dims = out.dims;  // dims from a shape tensor: the output's say them
+          cuda::shuffle(q, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, IdentityParams>) {
+          cuda::copy(ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, UnaryParams>) {
+          cuda::unary(p.op, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, ReduceParams>) {
+          cuda::reduce(p, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, SoftmaxParams>) {
+          cuda::softmax(graph::softmax_axis(p, in[0].dims.rank()), ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, NormalizationParams>) {
+          cuda::normalization(p, ref(in[0]), ref(in[1]), ref(in[2]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, PoolingParams>) {
+          cuda::pooling(p, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, ConcatenationParams>) {
+          std::vector<cuda::TensorRef> refs;
+          for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
+          cuda::concatenation(graph::concat_axis(p, in[0].dims.rank()), refs, ref(out), s);
+        } else if constexpr (std::is_same_v<P, SliceParams>) {
+          SliceParams q = p;
+          for (int index : {kSliceStart, kSliceSize, kSliceStride}) {
+            int pos = slice_input_position(p, index);
+            if (pos < 0) continue;
+            Dims d = host_dims(in[static_cast<std::size_t>(pos)], node_.name);
+            (index == kSliceStart ? q.start : index == kSliceSize ? q.size : q.stride) = d;
+          }
+          int fill_pos = slice_input_position(p, kSliceFill);
+          cuda::TensorRef fill = fill_pos >= 0 ? ref(in[static_cast<std::size_t>(fill_pos)]) : cuda::TensorRef{};
+          cuda::slice(q, ref(in[0]), fill_pos >= 0 ? &fill : nullptr, ref(out), s);
+        } else if constexpr (std::is_same_v<P, GatherParams>) {
+          cuda::gather(p, ref(in[0]), ref(in[1]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, TopKParams>) {
+          cuda::topk(p, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, SelectParams>) {
+          cuda::select(ref(in[0]), ref(in[1]), ref(in[2]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, PaddingParams>) {
+          cuda::padding(p, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, ResizeParams>) {
+          cuda::resize(p, ref(in[0]), ref(out), s);
+        } else if constexpr (std::is_same_v<P, ConvolutionParams>) {
+          cuda::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cuda::TensorRef{};
+          conv_->run(ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws, s);
+        } else if constexpr (std::is_same_v<P, DeconvolutionParams>) {
+          cuda::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cuda::TensorRef{};
+          deconv_->run(ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws, s);
+        } else if constexpr (std::is_same_v<P, EinsumParams>) {
+          std::vector<cuda::TensorRef> refs;
+          for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
+          einsum_->run(refs, ref(out), ws, s);
+        } else {
+          throw UnsupportedError("[cuda] node '" + node_.name + "': no CUDA kernel for layer type " +
+                                 std::string(layer_type_name(node_.type())));
+        }
+      },
+      node_.params);
+}
+
+// One backend per device, made on first use and never destroyed: engines may outlive any static
+// destructor order, and cuBLASLt must not be torn down after the CUDA runtime at exit.
+std::mutex g_backends_mutex;
+std::array<CudaBackend*, 64> g_backends{};
+
+}  // namespace
+
+}  // namespace tensoracle::runtime
+
+// The entry point the core's loader (runtime/backend.cpp) calls: the backend of device
+// `index` (-1: the calling thread's current device), or null with the reason in `error`.
+extern "C" __attribute__((visibility("default"))) const tensoracle::runtime::Backend* tensoracle_cuda_backend(
+    int abi_version, int index, char* error, std::size_t error_size) {
+  using namespace tensoracle::runtime;
+  auto fail = [&](const std::string& why) -> const Backend* {
+    if (error && error_size) std::snprintf(error, error_size, "%s", why.c_str());
+    return nullptr;
+  };
+  if (abi_version != kBackendAbiVersion)
+    return fail("libtensoracle_cuda.so speaks backend interface version " + std::to_string(kBackendAbiVersion) +
+                ", the core version " + std::to_string(abi_version) + ": they come from different builds of tensoracle");
+  try {
+    int count = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e));
+    }
+    if (index < 0 && cudaGetDevice(&index) != cudaSuccess) index = 0;
+    if (index >= count)
+      return fail("there is no CUDA device " + std::to_string(index) + " (this machine has " + std::to_string(count) + ")");
+    if (static_cast<std::size_t>(index) >= g_backends.size()) return fail("device index " + std::to_string(index) + " is too large");
+    std::lock_guard lock(g_backends_mutex);
+    auto& slot = g_backends[static_cast<std::size_t>(index)];
+    if (!slot) slot = new CudaBackend(index);
+    return slot;
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}

@@ -1,0 +1,74 @@
+// Internal: the CUDA backend's kernels — one host function per layer kind, on device buffers,
+// launched asynchronously on `stream`. Semantics are exactly those of backends/cpu/kernels.h
+// and kernels_more.h (the conformance suite compares the two backends): values of the narrow
+// float types are computed in float32 and rounded once when stored (round to nearest even;
+// fp16/bf16 overflow to infinity; fp8 e4m3 stores saturate to ±448, NaN stays NaN), int32/int64
+// arithmetic wraps, reductions accumulate in float32 or wider as the CPU kernels do (results
+// may differ from the CPU by the float32 rounding of a different summation order).
+//
+// Differences from the CPU kernels, by necessity (a kernel cannot throw): a gather index
+// outside [-dim, dim) yields zeros instead of an InvalidArgument.
+//
+// Host-side validation (unsupported type or parameter) throws UnsupportedError /
+// InvalidArgument naming the kernel before anything is launched; a failed launch throws
+// tensoracle::Error with CUDA's message. Nothing here synchronizes the stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "tensoracle/network.h"
+#include "tensoracle/types.h"
+
+namespace tensoracle::cuda {
+
+// A device buffer with its type and (fully known) dims, packed row-major.
+struct TensorRef {
+  void* data = nullptr;
+  DataType type = DataType::kFLOAT;
+  Dims dims;
+};
+
+// ---- kernels_pointwise.cu ----------------------------------------------------------------
+// out = a OP b with TensorRT broadcasting (equal ranks; each dim equal or 1). out may alias a
+// or b when it has the same dims and type.
+void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
+                 cudaStream_t stream);
+void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);  // out may alias x
+void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+// Per-tensor (scale has one element) or per-channel along `axis` (already normalized >= 0).
+void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
+void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
+void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,
+            cudaStream_t stream);
+// Same type and volume; a device-to-device copy.
+void copy(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ---- kernels_layout.cu -------------------------------------------------------------------
+// out = second_transpose(reshape(first_transpose(x))); out.dims are the result's dims.
+void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+// `axis` already resolved (0 <= axis < rank).
+void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef& out, cudaStream_t stream);
+// p.start/size/stride are the resolved values; `fill` (device, one element) is the FILL
+// mode's value (null: zero).
+void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, const TensorRef& out, cudaStream_t stream);
+void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out,
+            cudaStream_t stream);
+void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ---- kernels_reduce.cu -------------------------------------------------------------------
+void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+// Softmax along `axis` (0 <= axis < rank), max-subtracted.
+void softmax(int axis, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
+                   const TensorRef& out, cudaStream_t stream);
+// One output of topk (p.output 0: values, 1: int32 indices).
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+}  // namespace tensoracle::cuda

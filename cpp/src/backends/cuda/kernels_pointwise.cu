@@ -1,0 +1,910 @@
+// The CUDA backend's pointwise kernels: elementwise, activation, cast, unary, quantize,
+// dequantize, select and copy (kernels.h), with exactly the semantics of the CPU kernels
+// (backends/cpu/kernels_pointwise.cpp, kernels_reduce.cpp for unary, kernels_index.cpp for
+// select). Every kernel loads each stored value as its compute type (float for the float types,
+// the integer itself for int32/int64, bool for bool), applies the operation and rounds the
+// result to the output type once, when stored. Broadcasting operands (elementwise, select) are
+// walked through a host-side plan that drops size-1 dims and merges dims across which every
+// operand stays contiguous, so equal shapes and scalars become one dim (no index math) and a
+// bias row two. Operations that are exact on the CPU (integer arithmetic, comparisons, min/max,
+// division, square root, casts, rounding, quantize) are bit-exact here: they use the IEEE
+// round-to-nearest intrinsics (__fdiv_rn, __fsqrt_rn, ...) and never a contracted multiply-add;
+// transcendentals use CUDA's float math functions and may differ from the CPU by a few ulp.
+// Host-side checks throw InvalidArgument("[cuda] <kernel>: ...") as the CPU kernels throw
+// InvalidArgument("[cpu] ..."), before anything is launched; all work is asynchronous on the
+// given stream.
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/kernels.h"
+#include "tensoracle/errors.h"
+
+namespace tensoracle::cuda {
+
+namespace {
+
+using dev::BF16;
+using dev::F16;
+using dev::F32;
+using dev::FP8;
+using dev::i64;
+using dev::kThreads;
+using dev::blocks_for;
+using dev::check_launch;
+using E = ElementWiseOperation;
+using U = UnaryOperation;
+using A = ActivationType;
+
+// ---- host-side checks (the CPU's detail::fail / checked_volume, with "[cuda]") -----------
+
+[[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cuda] " + what); }
+
+std::string tn(DataType t) { return std::string(type_name(t)); }
+std::string desc(const TensorRef& t) { return tn(t.type) + t.dims.str(); }
+
+// The tensor's element count; throws (naming `kernel` and `name`) for an invalid type, unknown
+// dims or missing data.
+i64 checked_volume(const TensorRef& t, const char* kernel, const char* name) {
+  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
+  const i64 n = t.dims.volume();
+  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
+  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
+  return n;
+}
+
+// ---- storage tags beyond device_util's float ones ----------------------------------------
+
+// int32/int64 (and int8/uint8 where an op takes them): the integer itself.
+template <class I>
+struct IntT {
+  using T = I;
+  __device__ static I load(T v) { return v; }
+  __device__ static T store(I v) { return v; }
+};
+// bool: one byte; any non-zero byte reads as true, stores write 0 or 1.
+struct BoolT {
+  using T = std::uint8_t;
+  __device__ static bool load(T v) { return v != 0; }
+  __device__ static T store(bool b) { return b ? 1 : 0; }
+};
+// int8 as a quantized type: stores round half to even and saturate to [-128, 127]; NaN gives 0
+// (the CPU's QI8). rintf rounds to nearest even (the GPU has no other rounding mode).
+struct QI8 {
+  using T = std::int8_t;
+  __device__ static float load(T v) { return static_cast<float>(v); }
+  __device__ static T store(float x) {
+    const float r = rintf(x);
+    if (!(r == r)) return 0;
+    return r >= 127.f ? T{127} : r <= -128.f ? T{-128} : static_cast<T>(r);
+  }
+};
+
+// ---- launch geometry ---------------------------------------------------------------------
+
+// The first index and the step of a grid-stride loop.
+__device__ inline i64 first_index() { return blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; }
+__device__ inline i64 grid_step() { return static_cast<i64>(gridDim.x) * blockDim.x; }
+
+// q = a / b and r = a % b for a >= 0, b > 0; in 32 bits when both fit (64-bit division is
+// emulated on the GPU and several times slower).
+__device__ inline void divmod(i64 a, i64 b, i64& q, i64& r) {
+  if (((a | b) >> 32) == 0) {
+    const auto q32 = static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
+    q = q32;
+    r = a - static_cast<i64>(q32) * b;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
+}
+
+// ---- broadcast plans ---------------------------------------------------------------------
+
+// K operands' element strides (0 on broadcast dims) over the output's dims, after dropping
+// size-1 dims and merging adjacent dims across which every operand stays contiguous (the CPU's
+// BroadcastPlan). Equal shapes collapse to one dim with strides 1, a scalar operand to stride
+// 0, a bias row to dims (rows, n) with strides (n, 1) and (0, 1). Always rank >= 1.
+template <int K>
+struct Plan {
+  int rank = 0;
+  i64 d[Dims::kMaxRank] = {};
+  i64 s[K][Dims::kMaxRank] = {};
+};
+
+// `ins` must have out's rank and broadcast to it (checked by the caller).
+template <int K>
+Plan<K> make_plan(const Dims* const (&ins)[K], const Dims& out) {
+  dev::Strides st[K];
+  for (int k = 0; k < K; ++k) st[k] = dev::broadcast_strides(*ins[k], out);
+  Plan<K> p;
+  for (int i = 0; i < out.rank(); ++i) {
+    const i64 n = out[i];
+    if (n == 1) continue;
+    const int last = p.rank - 1;
+    bool merge = last >= 0;
+    for (int k = 0; k < K && merge; ++k) merge = p.s[k][last] == st[k].s[i] * n;
+    if (merge) {  // the previous dim and this one walk every operand as one
+      p.d[last] *= n;
+      for (int k = 0; k < K; ++k) p.s[k][last] = st[k].s[i];
+    } else {
+      p.d[p.rank] = n;
+      for (int k = 0; k < K; ++k) p.s[k][p.rank] = st[k].s[i];
+      ++p.rank;
+    }
+  }
+  if (p.rank == 0) {  // every dim is 1: one element
+    p.rank = 1;
+    p.d[0] = 1;
+  }
+  return p;
+}
+
+// The K operands' offsets of the `linear`-th output element (rank >= 2 plans; the outermost
+// dim needs no division since linear < volume).
+template <int K>
+__device__ inline void plan_offsets(i64 linear, const Plan<K>& p, i64 (&off)[K]) {
+  for (int k = 0; k < K; ++k) off[k] = 0;
+  for (int i = p.rank - 1; i > 0; --i) {
+    i64 q, r;
+    divmod(linear, p.d[i], q, r);
+    for (int k = 0; k < K; ++k) off[k] += r * p.s[k][i];
+    linear = q;
+  }
+  for (int k = 0; k < K; ++k) off[k] += linear * p.s[k][0];
+}
+
+// Checks that each input has out's rank and broadcasts to it (each dim equal or 1).
+template <int K>
+bool broadcasts(const Dims* const (&ins)[K], const Dims& out) {
+  for (int k = 0; k < K; ++k) {
+    if (ins[k]->rank() != out.rank()) return false;
+    for (int i = 0; i < out.rank(); ++i)
+      if ((*ins[k])[i] != out[i] && (*ins[k])[i] != 1) return false;
+  }
+  return true;
+}
+
+// ---- a map over every element ------------------------------------------------------------
+
+// o[i] = f(x[i]) on stored values; o may alias x (each thread reads its element first).
+template <class TI, class TO, class F>
+__global__ void map_kernel(const TI* x, TO* o, i64 n, F f) {
+  for (i64 i = first_index(); i < n; i += grid_step()) o[i] = f(x[i]);
+}
+
+// f on compute values: In::load, f, Out::store.
+template <class In, class Out, class F>
+struct Lifted {
+  F f;
+  __device__ typename Out::T operator()(typename In::T v) const { return Out::store(f(In::load(v))); }
+};
+
+template <class In, class Out, class F>
+void launch_map(const void* x, void* out, i64 n, F f, cudaStream_t stream, const char* kernel) {
+  map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const typename In::T*>(x),
+                                                      static_cast<typename Out::T*>(out), n,
+                                                      Lifted<In, Out, F>{f});
+  check_launch(kernel);
+}
+
+// ---- elementwise ------------------------------------------------------------------------
+
+// The operation on compute values V (float, an integer type, or bool). Integers wrap through
+// the unsigned type; DIV truncates, FLOOR_DIV rounds toward negative infinity, a zero divisor
+// gives 0 and MIN / -1 wraps to MIN. Float MAX and MIN propagate NaN (x + y is NaN when either
+// is), unlike fmaxf/fminf; ties between -0 and +0 give x, as on the CPU.
+template <E op>
+struct Binary {
+  template <class V>
+  __device__ auto operator()(V x, V y) const {
+    constexpr bool kInt = std::is_integral_v<V> && !std::is_same_v<V, bool>;
+    using UV = std::make_unsigned_t<std::conditional_t<kInt, V, int>>;
+    if constexpr (op == E::kEQUAL) return x == y;
+    else if constexpr (op == E::kGREATER) return x > y;
+    else if constexpr (op == E::kLESS) return x < y;
+    else if constexpr (op == E::kAND) return x && y;
+    else if constexpr (op == E::kOR) return x || y;
+    else if constexpr (op == E::kXOR) return x != y;
+    else if constexpr (kInt) {
+      if constexpr (op == E::kSUM) return static_cast<V>(static_cast<UV>(x) + static_cast<UV>(y));
+      else if constexpr (op == E::kSUB) return static_cast<V>(static_cast<UV>(x) - static_cast<UV>(y));
+      else if constexpr (op == E::kPROD) return static_cast<V>(static_cast<UV>(x) * static_cast<UV>(y));
+      else if constexpr (op == E::kMAX) return x < y ? y : x;
+      else if constexpr (op == E::kMIN) return y < x ? y : x;
+      else if constexpr (op == E::kDIV) {
+        if (y == 0) return V{0};
+        if (y == -1) return static_cast<V>(UV{0} - static_cast<UV>(x));
+        return static_cast<V>(x / y);
+      } else {
+        static_assert(op == E::kFLOOR_DIV);
+        if (y == 0) return V{0};
+        if (y == -1) return static_cast<V>(UV{0} - static_cast<UV>(x));
+        V q = static_cast<V>(x / y);
+        if (x % y != 0 && ((x < 0) != (y < 0))) --q;
+        return q;
+      }
+    } else {  // float
+      if constexpr (op == E::kSUM) return x + y;
+      else if constexpr (op == E::kSUB) return x - y;
+      else if constexpr (op == E::kPROD) return x * y;
+      else if constexpr (op == E::kDIV) return __fdiv_rn(x, y);
+      else if constexpr (op == E::kPOW) return powf(x, y);
+      else if constexpr (op == E::kFLOOR_DIV) return floorf(__fdiv_rn(x, y));
+      else if constexpr (op == E::kMAX) return (x != x || y != y) ? x + y : (x < y ? y : x);
+      else {
+        static_assert(op == E::kMIN);
+        return (x != x || y != y) ? x + y : (y < x ? y : x);
+      }
+    }
+  }
+};
+
+// o[i] = Out::store(op(a, b)) over the plan: one dim (equal shapes, a scalar operand) without
+// index math, more through plan_offsets. o may alias a or b where that operand has out's dims.
+template <class In, class Out, class Op>
+__global__ void binary_kernel(const typename In::T* a, const typename In::T* b, typename Out::T* o, i64 n,
+                              Plan<2> p) {
+  const Op op;
+  if (p.rank == 1) {
+    const i64 sa = p.s[0][0], sb = p.s[1][0];
+    for (i64 i = first_index(); i < n; i += grid_step())
+      o[i] = Out::store(op(In::load(a[i * sa]), In::load(b[i * sb])));
+  } else {
+    for (i64 i = first_index(); i < n; i += grid_step()) {
+      i64 off[2];
+      plan_offsets(i, p, off);
+      o[i] = Out::store(op(In::load(a[off[0]]), In::load(b[off[1]])));
+    }
+  }
+}
+
+struct BinaryArgs {
+  const void* a;
+  const void* b;
+  void* out;
+  i64 n;
+  Plan<2> plan;
+  cudaStream_t stream;
+};
+
+template <class In, class Out, E op>
+void launch_binary(const BinaryArgs& r) {
+  binary_kernel<In, Out, Binary<op>><<<blocks_for(r.n), kThreads, 0, r.stream>>>(
+      static_cast<const typename In::T*>(r.a), static_cast<const typename In::T*>(r.b),
+      static_cast<typename Out::T*>(r.out), r.n, r.plan);
+  check_launch("elementwise");
+}
+
+const char* op_name(E op) {
+  switch (op) {
+    case E::kSUM: return "SUM";
+    case E::kPROD: return "PROD";
+    case E::kMAX: return "MAX";
+    case E::kMIN: return "MIN";
+    case E::kSUB: return "SUB";
+    case E::kDIV: return "DIV";
+    case E::kPOW: return "POW";
+    case E::kFLOOR_DIV: return "FLOOR_DIV";
+    case E::kAND: return "AND";
+    case E::kOR: return "OR";
+    case E::kXOR: return "XOR";
+    case E::kEQUAL: return "EQUAL";
+    case E::kGREATER: return "GREATER";
+    case E::kLESS: return "LESS";
+  }
+  return "an unknown operation";
+}
+
+[[noreturn]] void unsupported_op(E op, DataType t) {
+  fail(std::string("elementwise: ") + op_name(op) + " does not take " + tn(t));
+}
+
+template <class FT>
+void elementwise_float(E op, DataType t, const BinaryArgs& r) {
+  switch (op) {
+    case E::kSUM: launch_binary<FT, FT, E::kSUM>(r); break;
+    case E::kPROD: launch_binary<FT, FT, E::kPROD>(r); break;
+    case E::kSUB: launch_binary<FT, FT, E::kSUB>(r); break;
+    case E::kDIV: launch_binary<FT, FT, E::kDIV>(r); break;
+    case E::kPOW: launch_binary<FT, FT, E::kPOW>(r); break;
+    case E::kFLOOR_DIV: launch_binary<FT, FT, E::kFLOOR_DIV>(r); break;
+    case E::kMAX: launch_binary<FT, FT, E::kMAX>(r); break;
+    case E::kMIN: launch_binary<FT, FT, E::kMIN>(r); break;
+    case E::kEQUAL: launch_binary<FT, BoolT, E::kEQUAL>(r); break;
+    case E::kGREATER: launch_binary<FT, BoolT, E::kGREATER>(r); break;
+    case E::kLESS: launch_binary<FT, BoolT, E::kLESS>(r); break;
+    default: unsupported_op(op, t);
+  }
+}
+
+template <class I>
+void elementwise_int(E op, DataType t, const BinaryArgs& r) {
+  using T = IntT<I>;
+  switch (op) {
+    case E::kSUM: launch_binary<T, T, E::kSUM>(r); break;
+    case E::kSUB: launch_binary<T, T, E::kSUB>(r); break;
+    case E::kPROD: launch_binary<T, T, E::kPROD>(r); break;
+    case E::kMAX: launch_binary<T, T, E::kMAX>(r); break;
+    case E::kMIN: launch_binary<T, T, E::kMIN>(r); break;
+    case E::kDIV: launch_binary<T, T, E::kDIV>(r); break;
+    case E::kFLOOR_DIV: launch_binary<T, T, E::kFLOOR_DIV>(r); break;
+    case E::kEQUAL: launch_binary<T, BoolT, E::kEQUAL>(r); break;
+    case E::kGREATER: launch_binary<T, BoolT, E::kGREATER>(r); break;
+    case E::kLESS: launch_binary<T, BoolT, E::kLESS>(r); break;
+    default: unsupported_op(op, t);
+  }
+}
+
+void elementwise_bool(E op, DataType t, const BinaryArgs& r) {
+  switch (op) {
+    case E::kAND: launch_binary<BoolT, BoolT, E::kAND>(r); break;
+    case E::kOR: launch_binary<BoolT, BoolT, E::kOR>(r); break;
+    case E::kXOR: launch_binary<BoolT, BoolT, E::kXOR>(r); break;
+    case E::kEQUAL: launch_binary<BoolT, BoolT, E::kEQUAL>(r); break;
+    default: unsupported_op(op, t);
+  }
+}
+
+// ---- activation -------------------------------------------------------------------------
+
+// TensorRT's formulas, in float, written as the CPU writes them (activation_typed). NaN in
+// gives NaN out for every activation. Products that feed a sum use __fmul_rn/__fadd_rn so
+// that nvcc does not contract them into a fused multiply-add the CPU does not do (exact for
+// HARD_SIGMOID; closer for the transcendental ones).
+template <A type>
+struct Activation {
+  float al, be;
+  __device__ float operator()(float v) const {
+    if constexpr (type == A::kRELU) return (v > 0.f || v != v) ? v : 0.f;
+    else if constexpr (type == A::kSIGMOID) return __fdiv_rn(1.f, 1.f + expf(-v));
+    else if constexpr (type == A::kTANH) return tanhf(v);
+    else if constexpr (type == A::kLEAKY_RELU) return v >= 0.f ? v : al * v;
+    else if constexpr (type == A::kELU) return v >= 0.f ? v : al * expm1f(v);
+    else if constexpr (type == A::kSELU) return be * (v > 0.f ? v : al * expm1f(v));
+    else if constexpr (type == A::kSOFTSIGN) return __fdiv_rn(v, 1.f + fabsf(v));
+    else if constexpr (type == A::kSOFTPLUS) {
+      // alpha * log(exp(t) + 1) with t = beta * x, as log1p(exp(-|t|)) + max(t, 0): no overflow.
+      const float t = __fmul_rn(be, v);
+      return al * __fadd_rn(log1pf(expf(-fabsf(t))), t < 0.f ? 0.f : t);
+    } else if constexpr (type == A::kCLIP) {  // max(alpha, min(beta, x)), also when alpha > beta
+      const float m = v > be ? be : v;
+      return m < al ? al : m;
+    } else if constexpr (type == A::kHARD_SIGMOID) {
+      const float t = __fadd_rn(__fmul_rn(al, v), be);
+      const float m = t > 1.f ? 1.f : t;
+      return m < 0.f ? 0.f : m;
+    } else if constexpr (type == A::kSCALED_TANH) return al * tanhf(be * v);
+    else if constexpr (type == A::kTHRESHOLDED_RELU) return (v > al || v != v) ? v : 0.f;
+    else if constexpr (type == A::kGELU_ERF) return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    else {
+      static_assert(type == A::kGELU_TANH);
+      const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v);
+      const float u = __fmul_rn(0.79788456080286536f, __fadd_rn(v, cube));  // sqrt(2/pi)
+      return 0.5f * v * (1.f + tanhf(u));
+    }
+  }
+};
+
+template <class FT, A type>
+void launch_activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, i64 n,
+                       cudaStream_t stream) {
+  launch_map<FT, FT>(x.data, out.data, n, Activation<type>{p.alpha, p.beta}, stream, "activation");
+}
+
+template <class FT>
+void activation_typed(const ActivationParams& p, const TensorRef& x, const TensorRef& out, i64 n,
+                      cudaStream_t stream) {
+  switch (p.type) {
+    case A::kRELU: launch_activation<FT, A::kRELU>(p, x, out, n, stream); break;
+    case A::kSIGMOID: launch_activation<FT, A::kSIGMOID>(p, x, out, n, stream); break;
+    case A::kTANH: launch_activation<FT, A::kTANH>(p, x, out, n, stream); break;
+    case A::kLEAKY_RELU: launch_activation<FT, A::kLEAKY_RELU>(p, x, out, n, stream); break;
+    case A::kELU: launch_activation<FT, A::kELU>(p, x, out, n, stream); break;
+    case A::kSELU: launch_activation<FT, A::kSELU>(p, x, out, n, stream); break;
+    case A::kSOFTSIGN: launch_activation<FT, A::kSOFTSIGN>(p, x, out, n, stream); break;
+    case A::kSOFTPLUS: launch_activation<FT, A::kSOFTPLUS>(p, x, out, n, stream); break;
+    case A::kCLIP: launch_activation<FT, A::kCLIP>(p, x, out, n, stream); break;
+    case A::kHARD_SIGMOID: launch_activation<FT, A::kHARD_SIGMOID>(p, x, out, n, stream); break;
+    case A::kSCALED_TANH: launch_activation<FT, A::kSCALED_TANH>(p, x, out, n, stream); break;
+    case A::kTHRESHOLDED_RELU: launch_activation<FT, A::kTHRESHOLDED_RELU>(p, x, out, n, stream); break;
+    case A::kGELU_ERF: launch_activation<FT, A::kGELU_ERF>(p, x, out, n, stream); break;
+    case A::kGELU_TANH: launch_activation<FT, A::kGELU_TANH>(p, x, out, n, stream); break;
+    default: fail("activation: unknown activation type " + std::to_string(static_cast<int>(p.type)));
+  }
+}
+
+// ---- unary ------------------------------------------------------------------------------
+
+// The float operations, chosen at run time (one kernel per type keeps the instantiations few;
+// the branch is uniform across the grid). ROUND: rintf rounds half to even, as the CPU's
+// round_half_even; SIGN gives the input itself for zeros and NaN; SQRT and RECIP are the
+// correctly rounded ones, as on the CPU.
+struct UnaryFloat {
+  U op;
+  __device__ float operator()(float v) const {
+    switch (op) {
+      case U::kEXP: return expf(v);
+      case U::kLOG: return logf(v);
+      case U::kSQRT: return __fsqrt_rn(v);
+      case U::kRECIP: return __frcp_rn(v);
+      case U::kABS: return fabsf(v);
+      case U::kNEG: return -v;
+      case U::kSIN: return sinf(v);
+      case U::kCOS: return cosf(v);
+      case U::kTAN: return tanf(v);
+      case U::kSINH: return sinhf(v);
+      case U::kCOSH: return coshf(v);
+      case U::kASIN: return asinf(v);
+      case U::kACOS: return acosf(v);
+      case U::kATAN: return atanf(v);
+      case U::kASINH: return asinhf(v);
+      case U::kACOSH: return acoshf(v);
+      case U::kATANH: return atanhf(v);
+      case U::kCEIL: return ceilf(v);
+      case U::kFLOOR: return floorf(v);
+      case U::kERF: return erff(v);
+      case U::kROUND: return rintf(v);
+      default: return v > 0.f ? 1.f : v < 0.f ? -1.f : v;  // kSIGN (the host admits no other)
+    }
+  }
+};
+// ISINF / ISNAN of a float, to bool.
+struct UnaryFloatTest {
+  bool inf;  // ISINF (else ISNAN)
+  __device__ bool operator()(float v) const { return inf ? fabsf(v) == __int_as_float(0x7F800000) : v != v; }
+};
+// ABS, NEG and SIGN of an integer; two's complement: ABS and NEG of the lowest value wrap to
+// itself.
+template <class I>
+struct UnaryInt {
+  U op;
+  __device__ I operator()(I v) const {
+    using UI = std::make_unsigned_t<I>;
+    switch (op) {
+      case U::kABS: return v < 0 ? static_cast<I>(UI{0} - static_cast<UI>(v)) : v;
+      case U::kNEG: return static_cast<I>(UI{0} - static_cast<UI>(v));
+      default: return static_cast<I>((v > 0) - (v < 0));  // kSIGN
+    }
+  }
+};
+struct LogicalNot {
+  __device__ bool operator()(bool v) const { return !v; }
+};
+
+const char* unary_name(U op) {
+  static const char* const names[] = {"EXP",   "LOG",   "SQRT",  "RECIP", "ABS",   "NEG", "SIN",  "COS",   "TAN",
+                                      "SINH",  "COSH",  "ASIN",  "ACOS",  "ATAN",  "ASINH", "ACOSH", "ATANH",
+                                      "CEIL",  "FLOOR", "ERF",   "NOT",   "SIGN",  "ROUND", "ISINF", "ISNAN"};
+  const int i = static_cast<int>(op);
+  return i >= 0 && i < 25 ? names[i] : "an unknown operation";
+}
+
+[[noreturn]] void unary_unsupported(U op, DataType t) {
+  fail(std::string("unary: ") + unary_name(op) + " does not take " + tn(t));
+}
+
+template <class FT>
+void unary_float(U op, const TensorRef& x, const TensorRef& out, i64 n, cudaStream_t stream) {
+  if (op == U::kNOT) unary_unsupported(op, x.type);
+  if (n == 0) return;
+  if (op == U::kISINF || op == U::kISNAN)
+    launch_map<FT, BoolT>(x.data, out.data, n, UnaryFloatTest{op == U::kISINF}, stream, "unary");
+  else
+    launch_map<FT, FT>(x.data, out.data, n, UnaryFloat{op}, stream, "unary");
+}
+
+template <class I>
+void unary_int(U op, const TensorRef& x, const TensorRef& out, i64 n, cudaStream_t stream) {
+  if (op != U::kABS && op != U::kNEG && op != U::kSIGN) unary_unsupported(op, x.type);
+  if (n == 0) return;
+  launch_map<IntT<I>, IntT<I>>(x.data, out.data, n, UnaryInt<I>{op}, stream, "unary");
+}
+
+// ---- cast -------------------------------------------------------------------------------
+
+// Sources load as float (the float tags F32/F16/BF16) or int64 (integers and bool, exactly).
+template <class I>
+struct SrcInt {
+  using T = I;
+  __device__ static i64 load(T v) { return static_cast<i64>(v); }
+};
+struct SrcBool {
+  using T = std::uint8_t;
+  __device__ static i64 load(T v) { return v != 0 ? 1 : 0; }
+};
+
+// An integer type's range, and max + 1 and min as floats (exact powers of two).
+template <class I>
+struct IntRange;
+template <>
+struct IntRange<std::int8_t> {
+  static constexpr std::int8_t kMin = -128, kMax = 127;
+  static constexpr float kHi = 128.f, kLo = -128.f;
+};
+template <>
+struct IntRange<std::uint8_t> {
+  static constexpr std::uint8_t kMin = 0, kMax = 255;
+  static constexpr float kHi = 256.f, kLo = 0.f;
+};
+template <>
+struct IntRange<std::int32_t> {
+  static constexpr std::int32_t kMin = INT32_MIN, kMax = INT32_MAX;
+  static constexpr float kHi = 2147483648.f, kLo = -2147483648.f;
+};
+template <>
+struct IntRange<std::int64_t> {
+  static constexpr std::int64_t kMin = INT64_MIN, kMax = INT64_MAX;
+  static constexpr float kHi = 9223372036854775808.f, kLo = -9223372036854775808.f;
+};
+
+// float to integer: truncate toward zero, saturate to the range, NaN gives 0 (the CPU's
+// float_to_int).
+template <class I>
+__device__ inline I float_to_int(float x) {
+  using R = IntRange<I>;
+  if (x != x) return 0;
+  if (x >= R::kHi) return R::kMax;
+  if (x <= R::kLo) return R::kMin;
+  return static_cast<I>(x);
+}
+
+// |v| rounded to 24 significant bits with the dropped bits ORed into the last one (round to
+// odd), with v's sign. Rounding that float to float16 or bfloat16 then equals rounding v once,
+// to nearest even (the CPU's int_to_float_round_odd).
+__device__ inline float int_to_float_round_odd(i64 v) {
+  const std::uint64_t u = v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+  const int w = 64 - __clzll(static_cast<long long>(u));
+  float m;
+  if (w <= 24) {
+    m = static_cast<float>(u);  // exact
+  } else {
+    const int s = w - 24;
+    std::uint64_t t = u >> s;
+    if (u & ((std::uint64_t{1} << s) - 1)) t |= 1;
+    m = static_cast<float>(t) * __int_as_float((127 + s) << 23);  // t * 2^s, exact
+  }
+  return v < 0 ? -m : m;
+}
+
+// Destinations convert from float or from int64.
+template <class I>
+struct DstInt {
+  using T = I;
+  __device__ static T from(float x) { return float_to_int<I>(x); }
+  __device__ static T from(i64 v) { return static_cast<T>(v); }  // wraps (two's complement)
+};
+struct DstBool {
+  using T = std::uint8_t;
+  __device__ static T from(float x) { return x != 0.f ? 1 : 0; }  // NaN != 0: true
+  __device__ static T from(i64 v) { return v != 0 ? 1 : 0; }
+};
+struct DstF32 {
+  using T = float;
+  __device__ static T from(float x) { return x; }
+  __device__ static T from(i64 v) { return static_cast<float>(v); }  // round to nearest even
+};
+template <class FT>
+struct DstNarrow {
+  using T = typename FT::T;
+  __device__ static T from(float x) { return FT::store(x); }
+  __device__ static T from(i64 v) { return FT::store(int_to_float_round_odd(v)); }
+};
+
+template <class S, class D>
+struct Convert {
+  __device__ typename D::T operator()(typename S::T v) const { return D::from(S::load(v)); }
+};
+
+template <class F>
+void with_cast_source(DataType t, F&& f) {
+  switch (t) {
+    case DataType::kFLOAT: f(F32{}); return;
+    case DataType::kHALF: f(F16{}); return;
+    case DataType::kBF16: f(BF16{}); return;
+    case DataType::kINT8: f(SrcInt<std::int8_t>{}); return;
+    case DataType::kINT32: f(SrcInt<std::int32_t>{}); return;
+    case DataType::kINT64: f(SrcInt<std::int64_t>{}); return;
+    case DataType::kUINT8: f(SrcInt<std::uint8_t>{}); return;
+    case DataType::kBOOL: f(SrcBool{}); return;
+    default: fail("cast: cannot cast from " + tn(t) + " (fp8 leaves through dequantize)");
+  }
+}
+
+template <class F>
+void with_cast_dest(DataType t, F&& f) {
+  switch (t) {
+    case DataType::kFLOAT: f(DstF32{}); return;
+    case DataType::kHALF: f(DstNarrow<F16>{}); return;
+    case DataType::kBF16: f(DstNarrow<BF16>{}); return;
+    case DataType::kINT8: f(DstInt<std::int8_t>{}); return;
+    case DataType::kINT32: f(DstInt<std::int32_t>{}); return;
+    case DataType::kINT64: f(DstInt<std::int64_t>{}); return;
+    case DataType::kUINT8: f(DstInt<std::uint8_t>{}); return;
+    case DataType::kBOOL: f(DstBool{}); return;
+    default: fail("cast: cannot cast to " + tn(t) + " (fp8 comes from quantize)");
+  }
+}
+
+// The source and destination tags of one type: the cast is a copy (no kernel).
+template <class S, class D>
+constexpr bool kSameType =
+    (std::is_same_v<S, F32> && std::is_same_v<D, DstF32>) ||
+    (std::is_same_v<S, F16> && std::is_same_v<D, DstNarrow<F16>>) ||
+    (std::is_same_v<S, BF16> && std::is_same_v<D, DstNarrow<BF16>>) ||
+    (std::is_same_v<S, SrcBool> && std::is_same_v<D, DstBool>) ||
+    (std::is_same_v<S, SrcInt<std::int8_t>> && std::is_same_v<D, DstInt<std::int8_t>>) ||
+    (std::is_same_v<S, SrcInt<std::int32_t>> && std::is_same_v<D, DstInt<std::int32_t>>) ||
+    (std::is_same_v<S, SrcInt<std::int64_t>> && std::is_same_v<D, DstInt<std::int64_t>>) ||
+    (std::is_same_v<S, SrcInt<std::uint8_t>> && std::is_same_v<D, DstInt<std::uint8_t>>);
+
+// ---- quantize / dequantize --------------------------------------------------------------
+
+// Per-tensor (one scale) or per-channel along `axis`: element i uses scale[(i / inner) % channels].
+struct Channels {
+  i64 channels = 1;
+  i64 inner = 1;
+};
+
+Channels channels_of(const Dims& d, i64 scale_count, int axis, const char* kernel) {
+  Channels c;
+  if (scale_count == 1) {
+    c.inner = d.volume() > 1 ? d.volume() : 1;
+    return c;
+  }
+  if (axis < 0 || axis >= d.rank())
+    fail(std::string(kernel) + ": axis " + std::to_string(axis) + " is out of range for dims " + d.str());
+  if (d[axis] != scale_count)
+    fail(std::string(kernel) + ": the scale has " + std::to_string(scale_count) + " elements but axis " +
+         std::to_string(axis) + " of " + d.str() + " has " + std::to_string(d[axis]));
+  c.channels = scale_count;
+  for (int k = axis + 1; k < d.rank(); ++k) c.inner *= d[k];
+  return c;
+}
+
+// A scale's element i as float; the scale is float32, float16 or bfloat16 (checked on the host).
+__device__ inline float load_scale(const void* s, i64 i, DataType t) {
+  switch (t) {
+    case DataType::kHALF: return F16::load(static_cast<const F16::T*>(s)[i]);
+    case DataType::kBF16: return BF16::load(static_cast<const BF16::T*>(s)[i]);
+    default: return F32::load(static_cast<const F32::T*>(s)[i]);
+  }
+}
+
+// o[i] = Out::store(In::load(x[i]) / scale) (quantize) or * scale (dequantize), the scale of
+// element i's channel. The division is the correctly rounded one, as on the CPU.
+template <class In, class Out, bool kQuantize>
+__global__ void scaled_kernel(const typename In::T* x, typename Out::T* o, i64 n, const void* scale,
+                              DataType scale_type, Channels c) {
+  auto apply = [](float v, float sc) { return kQuantize ? __fdiv_rn(v, sc) : v * sc; };
+  if (c.channels == 1) {
+    const float sc = load_scale(scale, 0, scale_type);
+    for (i64 i = first_index(); i < n; i += grid_step()) o[i] = Out::store(apply(In::load(x[i]), sc));
+  } else {
+    for (i64 i = first_index(); i < n; i += grid_step()) {
+      i64 row, col, q, ch;
+      divmod(i, c.inner, row, col);
+      divmod(row, c.channels, q, ch);
+      o[i] = Out::store(apply(In::load(x[i]), load_scale(scale, ch, scale_type)));
+    }
+  }
+}
+
+template <class In, class Out, bool kQuantize>
+void launch_scaled(const TensorRef& x, const TensorRef& scale, const TensorRef& out, i64 n, const Channels& c,
+                   cudaStream_t stream, const char* kernel) {
+  scaled_kernel<In, Out, kQuantize><<<blocks_for(n), kThreads, 0, stream>>>(
+      static_cast<const typename In::T*>(x.data), static_cast<typename Out::T*>(out.data), n, scale.data,
+      scale.type, c);
+  check_launch(kernel);
+}
+
+// The scale must be float32 or the values' float type.
+void check_scale_type(const TensorRef& scale, DataType value_type, const char* kernel) {
+  if (scale.type != DataType::kFLOAT && scale.type != value_type)
+    fail(std::string(kernel) + ": the scale has type " + tn(scale.type) + "; it must be float32 or " + tn(value_type));
+}
+
+// ---- select -----------------------------------------------------------------------------
+
+// o = cond ? a : b on raw elements of T (1, 2, 4 or 8 bytes); any non-zero condition byte is true.
+template <class T>
+__global__ void select_kernel(const std::uint8_t* cond, const T* a, const T* b, T* o, i64 n, Plan<3> p) {
+  if (p.rank == 1) {
+    const i64 sc = p.s[0][0], sa = p.s[1][0], sb = p.s[2][0];
+    for (i64 i = first_index(); i < n; i += grid_step()) o[i] = cond[i * sc] ? a[i * sa] : b[i * sb];
+  } else {
+    for (i64 i = first_index(); i < n; i += grid_step()) {
+      i64 off[3];
+      plan_offsets(i, p, off);
+      o[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
+    }
+  }
+}
+
+template <class T>
+void launch_select(const TensorRef& c, const TensorRef& a, const TensorRef& b, const TensorRef& out, i64 n,
+                   const Plan<3>& p, cudaStream_t stream) {
+  select_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const std::uint8_t*>(c.data),
+                                                          static_cast<const T*>(a.data), static_cast<const T*>(b.data),
+                                                          static_cast<T*>(out.data), n, p);
+  check_launch("select");
+}
+
+}  // namespace
+
+// ---- entry points -----------------------------------------------------------------------
+
+void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
+                 cudaStream_t stream) {
+  checked_volume(a, "elementwise", "input 0");
+  checked_volume(b, "elementwise", "input 1");
+  const i64 n = checked_volume(out, "elementwise", "the output");
+  if (a.type != b.type) fail("elementwise: inputs have types " + tn(a.type) + " and " + tn(b.type) + "; they must match");
+  const bool compare = op == E::kEQUAL || op == E::kGREATER || op == E::kLESS;
+  const DataType want = compare ? DataType::kBOOL : a.type;
+  if (out.type != want)
+    fail(std::string("elementwise: ") + op_name(op) + " of " + tn(a.type) + " gives " + tn(want) + ", not " +
+         tn(out.type));
+  const Dims* const ins[2] = {&a.dims, &b.dims};
+  if (!broadcasts(ins, out.dims))
+    fail("elementwise: inputs " + a.dims.str() + " and " + b.dims.str() + " do not broadcast to the output " +
+         out.dims.str());
+  // As on the CPU, an empty output returns before the (op, type) dispatch; the dispatch
+  // refuses an operation the type does not take before launching anything.
+  if (n == 0) return;
+  const BinaryArgs r{a.data, b.data, out.data, n, make_plan(ins, out.dims), stream};
+  switch (a.type) {
+    case DataType::kFLOAT: elementwise_float<F32>(op, a.type, r); break;
+    case DataType::kHALF: elementwise_float<F16>(op, a.type, r); break;
+    case DataType::kBF16: elementwise_float<BF16>(op, a.type, r); break;
+    case DataType::kINT32: elementwise_int<std::int32_t>(op, a.type, r); break;
+    case DataType::kINT64: elementwise_int<std::int64_t>(op, a.type, r); break;
+    case DataType::kBOOL: elementwise_bool(op, a.type, r); break;
+    default: unsupported_op(op, a.type);
+  }
+}
+
+void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
+  const i64 n = checked_volume(x, "activation", "the input");
+  if (checked_volume(out, "activation", "the output") != n || out.type != x.type)
+    fail("activation: the output " + desc(out) + " differs from the input " + desc(x));
+  const bool ok = dev::with_float(x.type, [&](auto tag) {
+    if (n > 0) activation_typed<decltype(tag)>(p, x, out, n, stream);
+  });
+  if (!ok) fail("activation takes float32, float16 or bfloat16, not " + tn(x.type));
+}
+
+void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
+  const i64 n = checked_volume(x, "cast", "the input");
+  if (checked_volume(out, "cast", "the output") != n)
+    fail("cast: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
+  if (n > 0 && x.data == out.data && element_size(x.type) != element_size(out.type))
+    fail("cast: in place needs types of one size, not " + tn(x.type) + " and " + tn(out.type));
+  with_cast_source(x.type, [&](auto s) {
+    with_cast_dest(out.type, [&](auto d) {
+      using S = decltype(s);
+      using D = decltype(d);
+      if (n == 0) return;
+      if constexpr (kSameType<S, D>) {
+        if (x.data != out.data)
+          dev::check(cudaMemcpyAsync(out.data, x.data, static_cast<std::size_t>(n) * element_size(x.type),
+                                     cudaMemcpyDeviceToDevice, stream),
+                     "cast");
+      } else {
+        // In place (types of one size) is safe: each thread reads its element before writing it.
+        map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const typename S::T*>(x.data),
+                                                            static_cast<typename D::T*>(out.data), n, Convert<S, D>{});
+        check_launch("cast");
+      }
+    });
+  });
+}
+
+void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
+  const i64 n = checked_volume(x, "unary", "the input");
+  const i64 no = checked_volume(out, "unary", "the output");
+  const int code = static_cast<int>(op);
+  if (code < 0 || code > static_cast<int>(U::kISNAN)) fail("unary: unknown operation " + std::to_string(code));
+  const bool to_bool = op == U::kISINF || op == U::kISNAN;
+  const DataType want = to_bool ? DataType::kBOOL : x.type;
+  if (no != n || out.type != want)
+    fail(std::string("unary: ") + unary_name(op) + " of " + desc(x) + " gives " + tn(want) + x.dims.str() + ", not " +
+         desc(out));
+  switch (x.type) {
+    case DataType::kFLOAT: unary_float<F32>(op, x, out, n, stream); break;
+    case DataType::kHALF: unary_float<F16>(op, x, out, n, stream); break;
+    case DataType::kBF16: unary_float<BF16>(op, x, out, n, stream); break;
+    case DataType::kINT32: unary_int<std::int32_t>(op, x, out, n, stream); break;
+    case DataType::kINT64: unary_int<std::int64_t>(op, x, out, n, stream); break;
+    case DataType::kBOOL:
+      if (op != U::kNOT) fail(std::string("unary: ") + unary_name(op) + " does not take bool");
+      if (n > 0) launch_map<BoolT, BoolT>(x.data, out.data, n, LogicalNot{}, stream, "unary");
+      break;
+    default: unary_unsupported(op, x.type);
+  }
+}
+
+void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream) {
+  const i64 n = checked_volume(x, "quantize", "the input");
+  const i64 ns = checked_volume(scale, "quantize", "the scale");
+  if (checked_volume(out, "quantize", "the output") != n)
+    fail("quantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
+  if (out.type != DataType::kINT8 && out.type != DataType::kFP8)
+    fail("quantize: the output type " + tn(out.type) + " is not int8 or fp8");
+  if (ns < 1) fail("quantize: the scale is empty");
+  const Channels c = channels_of(x.dims, ns, axis, "quantize");
+  const bool ok = dev::with_float(x.type, [&](auto tag) {
+    using In = decltype(tag);
+    check_scale_type(scale, x.type, "quantize");
+    if (n == 0) return;
+    if (out.type == DataType::kINT8) launch_scaled<In, QI8, true>(x, scale, out, n, c, stream, "quantize");
+    else launch_scaled<In, FP8, true>(x, scale, out, n, c, stream, "quantize");
+  });
+  if (!ok) fail("quantize takes float32, float16 or bfloat16, not " + tn(x.type));
+}
+
+void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream) {
+  const i64 n = checked_volume(x, "dequantize", "the input");
+  const i64 ns = checked_volume(scale, "dequantize", "the scale");
+  if (checked_volume(out, "dequantize", "the output") != n)
+    fail("dequantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
+  if (x.type != DataType::kINT8 && x.type != DataType::kFP8)
+    fail("dequantize: the input type " + tn(x.type) + " is not int8 or fp8");
+  if (ns < 1) fail("dequantize: the scale is empty");
+  const Channels c = channels_of(x.dims, ns, axis, "dequantize");
+  const bool ok = dev::with_float(out.type, [&](auto tag) {
+    using Out = decltype(tag);
+    check_scale_type(scale, out.type, "dequantize");
+    if (n == 0) return;
+    if (x.type == DataType::kINT8) launch_scaled<QI8, Out, false>(x, scale, out, n, c, stream, "dequantize");
+    else launch_scaled<FP8, Out, false>(x, scale, out, n, c, stream, "dequantize");
+  });
+  if (!ok) fail("dequantize (output) takes float32, float16 or bfloat16, not " + tn(out.type));
+}
+
+void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,
+            cudaStream_t stream) {
+  checked_volume(condition, "select", "the condition");
+  checked_volume(then_input, "select", "input 1 (then)");
+  checked_volume(else_input, "select", "input 2 (else)");
+  const i64 n = checked_volume(out, "select", "the output");
+  if (condition.type != DataType::kBOOL) fail("select: the condition has type " + tn(condition.type) + "; it must be bool");
+  if (then_input.type != out.type || else_input.type != out.type)
+    fail("select: inputs " + desc(then_input) + " and " + desc(else_input) + " must have the output's type " +
+         tn(out.type));
+  const TensorRef* refs[3] = {&condition, &then_input, &else_input};
+  for (int i = 0; i < 3; ++i) {
+    const Dims& d = refs[i]->dims;
+    if (d.rank() != out.dims.rank())
+      fail("select: input " + std::to_string(i) + " has dims " + d.str() + "; the output has " + out.dims.str());
+    for (int k = 0; k < d.rank(); ++k)
+      if (d[k] != out.dims[k] && d[k] != 1)
+        fail("select: input " + std::to_string(i) + " dims " + d.str() + " do not broadcast to the output " +
+             out.dims.str());
+  }
+  if (n == 0) return;
+  const Dims* const ins[3] = {&condition.dims, &then_input.dims, &else_input.dims};
+  const Plan<3> p = make_plan(ins, out.dims);
+  switch (element_size(out.type)) {
+    case 1: launch_select<std::uint8_t>(condition, then_input, else_input, out, n, p, stream); break;
+    case 2: launch_select<std::uint16_t>(condition, then_input, else_input, out, n, p, stream); break;
+    case 4: launch_select<std::uint32_t>(condition, then_input, else_input, out, n, p, stream); break;
+    case 8: launch_select<std::uint64_t>(condition, then_input, else_input, out, n, p, stream); break;
+    default: fail("select: unsupported element size " + std::to_string(element_size(out.type)));
+  }
+}
+
+void copy(const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
+  const i64 n = checked_volume(x, "copy", "input");
+  const i64 m = checked_volume(out, "copy", "output");
+  if (x.type != out.type || n != m)
+    fail("copy: input " + desc(x) + " and output " + desc(out) + " differ in type or volume");
+  if (n == 0 || x.data == out.data) return;
+  dev::check(cudaMemcpyAsync(out.data, x.data, static_cast<std::size_t>(n) * element_size(x.type),
+                             cudaMemcpyDeviceToDevice, stream),
+             "copy");
+}
+
+}  // namespace tensoracle::cuda

@@ -1,0 +1,195 @@
+// The CUDA backend end to end (label gpu: needs a CUDA device and libtensoracle_cuda.so, which
+// CTest points at with TENSORACLE_CUDA_BACKEND): build, run() with host arrays, enqueue on
+// device buffers and a caller's stream, CUDA-graph replay, reopening, device identity, and the
+// errors for what the backend refuses.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "nlohmann/json.hpp"
+#include "plan/plan.h"
+#include "tensoracle/builder.h"
+#include "tensoracle/engine.h"
+#include "tensoracle/errors.h"
+
+using namespace tensoracle;
+
+namespace {
+
+std::vector<float> uniform(std::size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// features (rows x 64) @ matrix (64 x 48) + bias, then `act`.
+struct Linear {
+  ActivationType act = ActivationType::kRELU;
+  std::vector<float> matrix = uniform(64 * 48, -0.25f, 0.25f, 3);
+  std::vector<float> bias = uniform(48, -0.5f, 0.5f, 4);
+  void operator()(Network& net) const {
+    auto* x = net.add_input("features", DataType::kFLOAT, {-1, 64});
+    auto* w = net.add_constant({64, 48}, Weights(DataType::kFLOAT, matrix.data(), 64 * 48, nullptr))->get_output(0);
+    auto* b = net.add_constant({1, 48}, Weights(DataType::kFLOAT, bias.data(), 48, nullptr))->get_output(0);
+    auto* y = net.add_matrix_multiply(x, MatrixOperation::kNONE, w, MatrixOperation::kNONE)->get_output(0);
+    y = net.add_elementwise(y, b, ElementWiseOperation::kSUM)->get_output(0);
+    y = net.add_activation(y, act)->get_output(0);
+    y->set_name("result");
+    net.mark_output(y);
+  }
+  float reference(const std::vector<float>& x, int r, int c) const {
+    double acc = bias[static_cast<std::size_t>(c)];
+    for (int k = 0; k < 64; ++k)
+      acc += static_cast<double>(x[static_cast<std::size_t>(r * 64 + k)]) * matrix[static_cast<std::size_t>(k * 48 + c)];
+    if (act == ActivationType::kRELU) return static_cast<float>(std::max(acc, 0.0));
+    return static_cast<float>(0.5 * acc * (1 + std::erf(acc / std::sqrt(2.0))));
+  }
+};
+
+EngineBuild declaration(const char* device) {
+  EngineBuild d;
+  d.inputs["features"] = InputShape::ranged({1, 64}, {16, 64}, {128, 64});
+  d.settings.device = device;
+  return d;
+}
+
+void expect_close(const float* got, const Linear& m, const std::vector<float>& x, int rows) {
+  double worst = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < 48; ++c) worst = std::max(worst, std::fabs(double(got[r * 48 + c]) - m.reference(x, r, c)));
+  EXPECT_LT(worst, 1e-5) << rows << " rows";  // float32 throughout: no TF32 (that would be ~1e-3)
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(std::size_t n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+};
+
+}  // namespace
+
+TEST(Cuda, BuildsRunsWithHostArraysAndFusesTheEpilogue) {
+  for (auto act : {ActivationType::kRELU, ActivationType::kGELU_ERF}) {
+    Linear m;
+    m.act = act;
+    Engine e = Engine::deserialize(build_serialized_engine(m, declaration("cuda:0")));
+    EXPECT_EQ(e.device(), "cuda:0");
+    auto target = nlohmann::json::parse(e.target_json());
+    EXPECT_EQ(target["backend"], "cuda");
+    EXPECT_FALSE(target["compute_capability"].get<std::string>().empty());
+    EXPECT_GT(target["cublaslt"].get<int>(), 0);
+    auto layers = e.layers();
+    ASSERT_EQ(layers.size(), 1u);
+    // ReLU goes into cuBLASLt's epilogue with the bias; GELU (erf) runs as a pass after it. At
+    // the default level (3) the GEMM algorithm was timed and stored.
+    const auto& tactic = layers[0].tactic;
+    EXPECT_EQ(tactic.substr(0, tactic.find('/')),
+              act == ActivationType::kRELU ? "cuda.gemm.cublaslt.epilogue2" : "cuda.gemm.cublaslt.epilogue1");
+    EXPECT_NE(tactic.find("/algo:"), std::string::npos) << tactic;
+    auto exec = e.create_execution();
+    for (int rows : {1, 16, 128, 7}) {
+      auto x = uniform(static_cast<std::size_t>(rows) * 64, -1.f, 1.f, static_cast<unsigned>(rows));
+      auto out = exec.run({{"features", {DataType::kFLOAT, {rows, 64}, x.data()}}});
+      const auto& r = out.at("result");
+      ASSERT_EQ(r.dims, (Dims{rows, 48}));
+      expect_close(reinterpret_cast<const float*>(r.data.get()), m, x, rows);
+    }
+  }
+}
+
+TEST(Cuda, EnqueueOnDeviceBuffersReplaysAGraphAndFollowsNewData) {
+  Linear m;
+  Engine e = Engine::deserialize(build_serialized_engine(m, declaration("cuda:0")));
+  auto exec = e.create_execution();
+  EXPECT_TRUE(exec.graph_replay());
+  const int rows = 32;
+  DeviceBuffer x(rows * 64 * 4), y(rows * 48 * 4);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  exec.set_input_shape("features", {rows, 64});
+  exec.set_tensor_address("features", x.p);
+  exec.set_tensor_address("result", y.p);
+  std::vector<float> out(rows * 48);
+  // Eager first, then captured, then replayed: each with new input values.
+  for (unsigned round = 0; round < 5; ++round) {
+    auto host = uniform(rows * 64, -1.f, 1.f, 100 + round);
+    ASSERT_EQ(cudaMemcpyAsync(x.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    exec.enqueue(stream);
+    ASSERT_EQ(cudaMemcpyAsync(out.data(), y.p, out.size() * 4, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    expect_close(out.data(), m, host, rows);
+  }
+  // A new shape re-runs eagerly (and records again later).
+  exec.set_input_shape("features", {5, 64});
+  auto host = uniform(5 * 64, -1.f, 1.f, 7);
+  cudaMemcpy(x.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice);
+  exec.enqueue(stream);
+  cudaMemcpyAsync(out.data(), y.p, 5 * 48 * 4, cudaMemcpyDeviceToHost, stream);
+  cudaStreamSynchronize(stream);
+  expect_close(out.data(), m, host, 5);
+  cudaStreamDestroy(stream);
+}
+
+TEST(Cuda, LevelZeroTakesTheHeuristicsChoice) {
+  Linear m;
+  auto d = declaration("cuda:0");
+  d.settings.optimization_level = 0;
+  Engine e = Engine::deserialize(build_serialized_engine(m, d));
+  EXPECT_EQ(e.layers()[0].tactic, "cuda.gemm.cublaslt.epilogue2");
+  auto x = uniform(7 * 64, -1.f, 1.f, 11);
+  auto out = e.create_execution().run({{"features", {DataType::kFLOAT, {7, 64}, x.data()}}});
+  expect_close(reinterpret_cast<const float*>(out.at("result").data.get()), m, x, 7);
+}
+
+TEST(Cuda, ReopensAndRefusesOtherDevices) {
+  Linear m;
+  auto bytes = build_serialized_engine(m, declaration("cuda:0"));
+  Engine a = Engine::deserialize(bytes);
+  Engine b = Engine::deserialize(bytes);
+  auto x = uniform(3 * 64, -1.f, 1.f, 9);
+  auto ra = a.create_execution().run({{"features", {DataType::kFLOAT, {3, 64}, x.data()}}});
+  auto rb = b.create_execution().run({{"features", {DataType::kFLOAT, {3, 64}, x.data()}}});
+  EXPECT_EQ(std::memcmp(ra.at("result").data.get(), rb.at("result").data.get(), 3 * 48 * 4), 0);
+  EXPECT_THROW(build_serialized_engine(m, declaration("cuda:99")), BuildError);
+  // Another compute capability: refused when opened, naming both devices.
+  plan::Plan p = plan::read_engine(bytes, "test", nullptr);
+  p.target["compute_capability"] = "1.0";
+  p.target["device"] = "Imaginary GPU";
+  try {
+    Engine::deserialize(plan::write_engine(p));
+    FAIL() << "expected IncompatibleEngineError";
+  } catch (const IncompatibleEngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("Imaginary GPU (compute capability 1.0)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Cuda, ConvolutionMatchesTheCpuBackend) {
+  static std::vector<float> w = uniform(8 * 3 * 3 * 3, -0.5f, 0.5f, 21);
+  static std::vector<float> bias = uniform(8, -0.5f, 0.5f, 22);
+  auto conv = [](Network& net) {
+    auto* x = net.add_input("x", DataType::kFLOAT, {2, 3, 9, 9});
+    auto* c = net.add_convolution_nd(x, 8, {3, 3}, Weights(DataType::kFLOAT, w.data(), static_cast<std::int64_t>(w.size()), nullptr),
+                                     Weights(DataType::kFLOAT, bias.data(), 8, nullptr));
+    auto* y = net.add_activation(c->get_output(0), ActivationType::kRELU)->get_output(0);
+    y->set_name("y");
+    net.mark_output(y);
+  };
+  auto x = uniform(2 * 3 * 9 * 9, -1.f, 1.f, 23);
+  std::vector<float> outs[2];
+  int k = 0;
+  for (const char* device : {"cpu", "cuda:0"}) {
+    EngineBuild d;
+    d.inputs["x"] = InputShape::fixed({2, 3, 9, 9});
+    d.settings.device = device;
+    auto r = Engine::deserialize(build_serialized_engine(conv, d)).create_execution().run({{"x", {DataType::kFLOAT, {2, 3, 9, 9}, x.data()}}});
+    const auto& y = r.at("y");
+    ASSERT_EQ(y.dims, (Dims{2, 8, 7, 7}));
+    const auto* p = reinterpret_cast<const float*>(y.data.get());
+    outs[k++].assign(p, p + 2 * 8 * 7 * 7);
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_NEAR(outs[1][i], outs[0][i], 1e-5) << i;
+}

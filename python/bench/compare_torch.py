@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Benchmark on the GPU: tensoracle's CUDA backend beside PyTorch, in one run, same weights.
+
+Workloads (PERFORMANCE.md's peers):
+  linear   16x32 @ 32x16 + bias, float32: the launch-bound case
+  mlp      4 x (Linear 4096->4096 + GELU), batch 512, in float32 (no TF32), float16, bfloat16
+  gemm     8192^3 bfloat16 through an engine, against torch.matmul (cuBLAS) in the same run
+
+For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
+`--iterations` back-to-back launches) for: tensoracle (enqueue on a stream: eager the first
+time, then a replayed CUDA graph), torch eager, torch CUDA graph, and torch.compile (with
+--compile; slow to start), the ratio tensoracle / best torch, and the max |error| against
+torch's output. TF32 is off in torch (torch.backends.*.allow_tf32 = False) to compare float32
+with float32.
+
+    python python/bench/compare_torch.py                # everything
+    python python/bench/compare_torch.py --only mlp --dtypes float16 --compile
+    python python/bench/compare_torch.py --json results.json --save /tmp/engines
+    tensoracle bench /tmp/engines/mlp_float16.engine --per-layer
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+import tensoracle
+import tensoracle.trt as trt
+
+TRT_DTYPE = {torch.float32: trt.float32, torch.float16: trt.float16, torch.bfloat16: trt.bfloat16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def cuda_time(fn, iterations: int, rounds: int, stream: torch.cuda.Stream) -> list[float]:
+    """Seconds per iteration, one figure per round of `iterations` launches on `stream`."""
+    out = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            start.record(stream)
+            for _ in range(iterations):
+                fn()
+            end.record(stream)
+        end.synchronize()
+        out.append(start.elapsed_time(end) / 1e3 / iterations)
+    return out
+
+
+def torch_graph(fn, stream):
+    """fn captured once as a CUDA graph (after a warm-up on a side stream), replayed."""
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        fn()
+    return g.replay
+
+
+def engine_of(layers, x_shape, dtype):
+    """An engine of y = act(x @ W^T + b) per layer, weights from `layers` (torch Linear, act)."""
+
+    def graph(net):
+        t = net.add_input("x", TRT_DTYPE[dtype], tuple(x_shape))
+        for lin, act in layers:
+            w = lin.weight.detach().to(dtype).cpu().contiguous()
+            wc = net.add_constant(tuple(w.shape), _np(w)).get_output(0)
+            t = net.add_matrix_multiply(t, trt.MatrixOperation.NONE, wc, trt.MatrixOperation.TRANSPOSE).get_output(0)
+            if lin.bias is not None:
+                b = lin.bias.detach().to(dtype).cpu().reshape(1, -1).contiguous()
+                t = net.add_elementwise(t, net.add_constant(tuple(b.shape), _np(b)).get_output(0),
+                                        trt.ElementWiseOperation.SUM).get_output(0)
+            if act is not None:
+                t = net.add_activation(t, act).get_output(0)
+        t.name = "y"
+        net.mark_output(t)
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed(tuple(x_shape))},
+                                  tensoracle.BuilderSettings(device="cuda:0"))
+    return tensoracle.build_serialized_engine(graph, decl)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def measure(name, dtype, layers, x, torch_fn, args, results):
+    stream = torch.cuda.Stream()
+    data = engine_of(layers, tuple(x.shape), dtype)
+    if args.save:
+        with open(f"{args.save}/{name}_{str(dtype).replace('torch.', '')}.engine", "wb") as f:
+            f.write(data)
+    engine = tensoracle.deserialize_engine(data)
+    ex = engine.create_execution()
+    y = torch.empty(tuple(ex.get_tensor_shape("y")), dtype=dtype, device="cuda")
+    ex.set_tensor_address("x", x)
+    ex.set_tensor_address("y", y)
+    ours = lambda: ex.enqueue(stream)  # noqa: E731
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            ours()
+            ref = torch_fn()
+    stream.synchronize()
+    err = (y.float() - ref.float()).abs().max().item()
+    rows = {"tensoracle": ours, "torch eager": torch_fn, "torch CUDA graph": torch_graph(torch_fn, stream)}
+    if args.compile:
+        compiled = torch.compile(torch_fn)
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                compiled()
+        rows["torch.compile"] = compiled
+    times = {k: statistics.median(cuda_time(fn, args.iterations, args.rounds, stream)) for k, fn in rows.items()}
+    best_torch = min(v for k, v in times.items() if k != "tensoracle")
+    layer_info = engine.layers()
+    r = {"workload": name, "dtype": str(dtype).replace("torch.", ""), "times_us": {k: v * 1e6 for k, v in times.items()},
+         "ratio_vs_best_torch": times["tensoracle"] / best_torch, "max_abs_error_vs_torch": err,
+         "tactics": sorted({layer.tactic for layer in layer_info})}
+    results.append(r)
+    cells = "  ".join(f"{k} {v * 1e6:9.1f} us" for k, v in times.items())
+    print(f"{name:8s} {r['dtype']:9s} {cells}  ratio {r['ratio_vs_best_torch']:.3f}  max|err| {err:.3g}", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=["linear", "mlp", "gemm"], action="append")
+    p.add_argument("--dtypes", default="float32,float16,bfloat16")
+    p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile (minutes to compile)")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--save", metavar="DIR", help="also write each engine to DIR (for tensoracle bench --per-layer)")
+    args = p.parse_args()
+    only = set(args.only or ["linear", "mlp", "gemm"])
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | tensoracle {tensoracle.__version__} "
+          f"| commit {commit or '?'} | {time.strftime('%Y-%m-%d')}")
+    results: list[dict] = []
+    if "linear" in only:
+        lin = torch.nn.Linear(32, 16).cuda()
+        x = torch.randn(16, 32, device="cuda")
+        measure("linear", torch.float32, [(lin, None)], x, lambda: lin(x), args, results)
+    if "mlp" in only:
+        for name in args.dtypes.split(","):
+            dtype = DTYPES[name]
+            lins = [torch.nn.Linear(4096, 4096).cuda().to(dtype) for _ in range(4)]
+            model = torch.nn.Sequential(*[m for lin in lins for m in (lin, torch.nn.GELU())])
+            x = torch.randn(512, 4096, device="cuda", dtype=dtype)
+            with torch.no_grad():
+                measure("mlp", dtype, [(lin, trt.ActivationType.GELU_ERF) for lin in lins], x, lambda: model(x), args,
+                        results)
+    if "gemm" in only:
+        n = 8192
+        lin = torch.nn.Linear(n, n, bias=False).cuda().to(torch.bfloat16)
+        x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        w = lin.weight
+        before = len(results)
+        with torch.no_grad():
+            measure("gemm", torch.bfloat16, [(lin, None)], x, lambda: x @ w.t(), args, results)
+        for r in results[before:]:
+            flops = 2 * n**3
+            r["tflops"] = {k: flops / (v * 1e-6) / 1e12 for k, v in r["times_us"].items()}
+            print("gemm TFLOPS: " + "  ".join(f"{k} {v:.0f}" for k, v in r["tflops"].items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit,
+                       "date": time.strftime("%Y-%m-%d"), "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The CUDA backend from Python (marker gpu): device tensors bound through DLPack (PyTorch's CUDA
+tensors), streams given as objects or ints, CUDA-graph replay, the checks on what is bound, and
+run() on NumPy arrays. The per-layer conformance suite (test_layers.py and the others) runs on
+CUDA through their `device` fixture."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tensoracle
+import tensoracle.trt as trt
+
+pytestmark = pytest.mark.gpu
+
+
+def linear_engine(device: str, rows=(1, 16, 64)):
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((32, 24)).astype(np.float32) * 0.2
+    b = rng.standard_normal((1, 24)).astype(np.float32)
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, 32))
+        y = net.add_matrix_multiply(x, trt.MatrixOperation.NONE, net.add_constant(w.shape, w).get_output(0),
+                                    trt.MatrixOperation.NONE).get_output(0)
+        y = net.add_elementwise(y, net.add_constant(b.shape, b).get_output(0), trt.ElementWiseOperation.SUM).get_output(0)
+        y = net.add_activation(y, trt.ActivationType.RELU).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.ranged((rows[0], 32), (rows[1], 32), (rows[2], 32))},
+                                  tensoracle.BuilderSettings(device=device))
+    engine = tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
+    return engine, lambda x: np.maximum(x.astype(np.float64) @ w + b, 0)
+
+
+def test_run_with_numpy_matches_float64():
+    engine, ref = linear_engine("cuda:0")
+    assert engine.device == "cuda:0"
+    assert json.loads(engine.target_json())["backend"] == "cuda"
+    ex = engine.create_execution()
+    for n in (1, 9, 64):
+        x = np.random.default_rng(n).standard_normal((n, 32)).astype(np.float32)
+        y = ex.run({"x": x})["y"]
+        np.testing.assert_allclose(y, ref(x), atol=1e-5, rtol=0)
+
+
+def test_torch_cuda_tensors_streams_and_graph_replay():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    engine, ref = linear_engine("cuda:0")
+    ex = engine.create_execution()
+    assert ex.graph_replay is True
+    x = torch.randn(16, 32, device="cuda")
+    y = torch.empty(16, 24, device="cuda")
+    ex.set_tensor_address("x", x)  # sets the input shape from the tensor
+    ex.set_tensor_address("y", y)
+    stream = torch.cuda.Stream()
+    for i in range(4):  # eager, captured, replayed, replayed: each sees the new values
+        with torch.cuda.stream(stream):
+            x.copy_(torch.randn(16, 32, device="cuda"))
+            ex.enqueue(stream)
+        stream.synchronize()
+        np.testing.assert_allclose(y.cpu().numpy(), ref(x.cpu().numpy()), atol=1e-5, rtol=0, err_msg=f"round {i}")
+    ex.graph_replay = False
+    ex.execute_async_v3(stream.cuda_stream)
+    stream.synchronize()
+    np.testing.assert_allclose(y.cpu().numpy(), ref(x.cpu().numpy()), atol=1e-5, rtol=0)
+
+
+def test_bound_tensors_are_checked():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    engine, _ = linear_engine("cuda:0")
+    ex = engine.create_execution()
+    with pytest.raises(tensoracle.InvalidArgument, match="dtype is float16"):
+        ex.set_tensor_address("x", torch.zeros(4, 32, device="cuda", dtype=torch.float16))
+    with pytest.raises(tensoracle.InvalidArgument, match="host memory"):
+        ex.set_tensor_address("x", torch.zeros(4, 32))
+    with pytest.raises(tensoracle.InvalidArgument, match="C-contiguous"):
+        ex.set_tensor_address("x", torch.zeros(32, 4, device="cuda").t())
+    ex.set_tensor_address("x", torch.zeros(4, 32, device="cuda"))
+    with pytest.raises(tensoracle.InvalidArgument, match=r"not the output's shape \(4, 24\)"):
+        ex.set_tensor_address("y", torch.zeros(5, 24, device="cuda"))
+    with pytest.raises(tensoracle.InvalidArgument, match="stream"):
+        ex.enqueue("not a stream")
+
+
+def test_unknown_device_is_a_build_error():
+    with pytest.raises(tensoracle.BuildError, match="no CUDA device 99"):
+        linear_engine("cuda:99")
+
+
+def test_the_cuda_example_runs():
+    import pathlib
+    import subprocess
+    import sys
+
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "cuda_torch.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_cli_bench_runs_a_cuda_engine(cli, tmp_path):
+    import subprocess
+
+    engine, _ = linear_engine("cuda:0")
+    path = tmp_path / "linear.engine"
+    rows = (1, 16, 64)
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, 32))
+        y = net.add_activation(x, trt.ActivationType.RELU).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.ranged((rows[0], 32), (rows[1], 32), (rows[2], 32))},
+                                  tensoracle.BuilderSettings(device="cuda:0"))
+    path.write_bytes(tensoracle.build_serialized_engine(graph, decl))
+    done = subprocess.run([cli, "bench", str(path), "--iterations", "20", "--per-layer", "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["device"] == json.loads(engine.target_json())["device"]
+    assert 0 < report["latency_ms"]["median"] < 100
+    assert report["layers"][0]["tactic"] == "cuda.activation"
