@@ -120,6 +120,27 @@ TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDes
 
 }  // namespace
 
+std::vector<TensorDesc> epilogue_chain(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts) {
+  std::vector<TensorDesc> descs;
+  descs.push_back(infer(n.params, inputs.first(n.inputs.size()), facts.first(n.inputs.size()))[0]);
+  std::size_t k = n.inputs.size();
+  for (const auto& op : n.epilogue) {
+    std::vector<TensorDesc> in{descs.back()};
+    std::vector<InputFacts> f{InputFacts{}};
+    if (op.operand >= 0) {
+      in.push_back(inputs[k]);
+      f.push_back(facts[k]);
+      ++k;
+      if (op.operand_first) {
+        std::swap(in[0], in[1]);
+        std::swap(f[0], f[1]);
+      }
+    }
+    descs.push_back(infer(op.params, in, f)[0]);
+  }
+  return descs;
+}
+
 std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& input_dims, const ShapeEvaluator& evaluate,
                                      ShapeValues* values_out) {
   std::vector<TensorDesc> desc(g.values.size());

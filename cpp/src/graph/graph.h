@@ -77,6 +77,11 @@ using ShapeValues = std::vector<std::optional<std::vector<std::int64_t>>>;
 using ShapeEvaluator = std::function<std::vector<std::int64_t>(
     const Graph& g, const Node& n, std::span<const TensorDesc> inputs, const ShapeValues& values, const TensorDesc& out)>;
 
+// The descriptions of node `n`'s own result and of each of its epilogue's values, for inputs
+// described by `inputs` (n.all_inputs() order) with `facts` (same order). What a backend's
+// node kernel needs to size and place its intermediate values.
+std::vector<TensorDesc> epilogue_chain(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts);
+
 // Output descriptions of every value for concrete input dims (name -> dims), with the same
 // inference as the network. Throws InvalidArgument naming the layer when shapes conflict.
 // Without an evaluator, only constants and add_shape outputs have known values. `values_out`

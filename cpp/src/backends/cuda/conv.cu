@@ -60,6 +60,10 @@ namespace {
 using dev::blocks_for;
 using dev::check_launch;
 using dev::i64;
+using dev::checked_volume;
+using dev::fail;
+using dev::num;
+using dev::tn;
 using dev::kThreads;
 using u32 = std::uint32_t;
 
@@ -69,21 +73,8 @@ constexpr i64 kSmallGeo = i64{1} << 28;    // geometry values below this keep in
 constexpr i64 kMaxBatch = 65535;           // images per batched GEMM
 constexpr std::size_t kAlign = 256;
 
-// ---- host-side checks (the CPU's detail::fail / checked_volume, with "[cuda]") -----------
-
-[[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cuda] " + what); }
-
-std::string tn(DataType t) { return std::string(type_name(t)); }
-std::string num(i64 v) { return std::to_string(v); }
 bool is_float_type(DataType t) { return t == DataType::kFLOAT || t == DataType::kHALF || t == DataType::kBF16; }
 
-i64 checked_volume(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
-  const i64 n = t.dims.volume();
-  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
-  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
-  return n;
-}
 
 void check_float(const TensorRef& t, const char* kernel, const char* name) {
   if (!is_float_type(t.type))

@@ -92,25 +92,8 @@ class CudaNodeKernel final : public NodeKernel {
 
   std::vector<graph::TensorDesc> chain(std::span<const Buffer> in) const {
     std::vector<graph::TensorDesc> descs;
-    std::vector<graph::TensorDesc> main_in;
-    for (std::size_t i = 0; i < node_.inputs.size(); ++i) main_in.push_back({in[i].type, in[i].dims});
-    descs.push_back(graph::infer(node_.params, main_in, std::span(facts_).first(node_.inputs.size()))[0]);
-    std::size_t k = node_.inputs.size();
-    for (const auto& op : node_.epilogue) {
-      std::vector<graph::TensorDesc> ein{descs.back()};
-      std::vector<graph::InputFacts> ef{graph::InputFacts{}};
-      if (op.operand >= 0) {
-        ein.push_back({in[k].type, in[k].dims});
-        ef.push_back(facts_[k]);
-        ++k;
-        if (op.operand_first) {
-          std::swap(ein[0], ein[1]);
-          std::swap(ef[0], ef[1]);
-        }
-      }
-      descs.push_back(graph::infer(op.params, ein, ef)[0]);
-    }
-    return descs;
+    for (const auto& b : in) descs.push_back({b.type, b.dims});
+    return graph::epilogue_chain(node_, descs, facts_);
   }
 
   // Scratch of the node's own op at these shapes (`main` describes its result).

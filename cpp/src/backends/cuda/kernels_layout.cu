@@ -53,29 +53,16 @@ namespace {
 using dev::blocks_for;
 using dev::check_launch;
 using dev::i64;
+using dev::checked_volume;
+using dev::desc;
+using dev::fail;
+using dev::num;
+using dev::tn;
 using dev::kThreads;
 using u32 = std::uint32_t;
 constexpr int kMaxRank = Dims::kMaxRank;
 // Indices, offsets and counts below this use 32-bit index arithmetic.
 constexpr i64 kSmall = i64{1} << 31;
-
-// ---- host-side checks (the CPU's detail::fail / checked_volume, with "[cuda]") -----------
-
-[[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cuda] " + what); }
-
-std::string tn(DataType t) { return std::string(type_name(t)); }
-std::string desc(const TensorRef& t) { return tn(t.type) + t.dims.str(); }
-std::string num(i64 v) { return std::to_string(v); }
-
-// The tensor's element count; throws (naming `kernel` and `name`) for an invalid type, unknown
-// dims or missing data.
-i64 checked_volume(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
-  const i64 n = t.dims.volume();
-  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
-  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
-  return n;
-}
 
 bool is_float_type(DataType t) { return t == DataType::kFLOAT || t == DataType::kHALF || t == DataType::kBF16; }
 

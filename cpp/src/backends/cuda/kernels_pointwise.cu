@@ -30,29 +30,16 @@ using dev::F16;
 using dev::F32;
 using dev::FP8;
 using dev::i64;
+using dev::checked_volume;
+using dev::desc;
+using dev::fail;
+using dev::tn;
 using dev::kThreads;
 using dev::blocks_for;
 using dev::check_launch;
 using E = ElementWiseOperation;
 using U = UnaryOperation;
 using A = ActivationType;
-
-// ---- host-side checks (the CPU's detail::fail / checked_volume, with "[cuda]") -----------
-
-[[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cuda] " + what); }
-
-std::string tn(DataType t) { return std::string(type_name(t)); }
-std::string desc(const TensorRef& t) { return tn(t.type) + t.dims.str(); }
-
-// The tensor's element count; throws (naming `kernel` and `name`) for an invalid type, unknown
-// dims or missing data.
-i64 checked_volume(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
-  const i64 n = t.dims.volume();
-  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
-  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
-  return n;
-}
 
 // ---- storage tags beyond device_util's float ones ----------------------------------------
 

@@ -47,23 +47,11 @@ using dev::BF16;
 using dev::F16;
 using dev::F32;
 using dev::i64;
+using dev::checked_volume;
+using dev::desc;
+using dev::fail;
+using dev::tn;
 using R = ReduceOperation;
-
-// ---- host-side validation helpers (messages as the CPU's, "[cuda] " instead of "[cpu] ") ---
-
-[[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cuda] " + what); }
-
-std::string tn(DataType t) { return std::string(type_name(t)); }
-std::string desc(const TensorRef& t) { return tn(t.type) + t.dims.str(); }
-
-// The tensor's element count; throws for an invalid type, unknown dims or missing data.
-i64 checked_volume(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
-  const i64 n = t.dims.volume();
-  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
-  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
-  return n;
-}
 
 const char* reduce_name(R op) {
   switch (op) {
