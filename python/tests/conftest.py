@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
+def device(request) -> str:
+    """The device an engine-building test runs on: the CPU, and cuda:0 (marked gpu)."""
+    return request.param
+
+
 def _find_cli() -> tuple[str | None, list[str]]:
     """The tensoracle CLI to test, and the places looked at (for the failure message)."""
     tried = []

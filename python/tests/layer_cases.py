@@ -9,6 +9,7 @@ single rounding whatever the source: no double rounding through float32.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -204,6 +205,11 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 # ---- building and running ---------------------------------------------------------------
+
+
+def rng_for(*key) -> np.random.Generator:
+    """A fixed seed per test case (stable across runs and test orderings)."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def build(graph, shapes: dict, device: str, **settings) -> tensoracle.Engine:

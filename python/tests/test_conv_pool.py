@@ -11,7 +11,6 @@ marked `gpu`).
 from __future__ import annotations
 
 import math
-import zlib
 
 import ml_dtypes
 import numpy as np
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 
 import tensoracle
 import tensoracle.trt as trt
+from layer_cases import rng_for
 
 PM = trt.PaddingMode
 PT = trt.PoolingType
@@ -34,15 +34,6 @@ CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 DECONV = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 AVGPOOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
-
-
-@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
-def device(request) -> str:
-    return request.param
-
-
-def rng_for(*key) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def rand(rng, shape, dt, scale=1.0) -> np.ndarray:

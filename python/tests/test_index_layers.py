@@ -9,7 +9,6 @@ Known tensoracle bugs would stay visible as strict xfails (search for "xfail"); 
 
 from __future__ import annotations
 
-import zlib
 
 import ml_dtypes
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 import tensoracle
 import tensoracle._native as native
 import tensoracle.trt as trt
-from layer_cases import constant, run_network
+from layer_cases import constant, run_network, rng_for
 
 
 def enum(name: str):
@@ -46,15 +45,6 @@ DTYPES = {
     "bool": np.dtype(np.bool_),
 }
 SIZES = ["u8", "f16", "f32", "i64"]  # one type per element size: 1, 2, 4, 8 bytes
-
-
-@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
-def device(request) -> str:
-    return request.param
-
-
-def rng_for(*key) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def random_array(rng, shape, name: str) -> np.ndarray:

@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import zlib
 
 import ml_dtypes
 import numpy as np
@@ -25,6 +24,7 @@ import pytest
 import tensoracle
 import tensoracle.trt as trt
 from layer_cases import (
+    rng_for,
     ALL_TYPES,
     CAST_TYPES,
     COMPARISONS,
@@ -58,22 +58,12 @@ from layer_cases import (
 )
 
 
-@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
-def device(request) -> str:
-    return request.param
-
-
 @pytest.fixture(autouse=True)
 def _watchdog():
     """A kernel that never returns would hang the whole run: dump the stacks and exit instead."""
     faulthandler.dump_traceback_later(120, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
-
-
-def rng_for(*key) -> np.random.Generator:
-    """A fixed seed per test case (stable across runs and test orderings)."""
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def ids(names):

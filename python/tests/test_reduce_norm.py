@@ -10,7 +10,6 @@ in float32 and round once when stored). Every engine-building test takes the `de
 from __future__ import annotations
 
 import math
-import zlib
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 import tensoracle
 import tensoracle.trt as trt
 from layer_cases import (
+    rng_for,
     FLOATS,
     INT_RANGE,
     INTS,
@@ -37,15 +37,6 @@ from layer_cases import (
 
 U = trt.UnaryOperation
 R = trt.ReduceOperation
-
-
-@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
-def device(request) -> str:
-    return request.param
-
-
-def rng_for(*key) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def build_outputs(device, x: np.ndarray, outputs: dict, shape=None, declare=None):

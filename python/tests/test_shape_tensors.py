@@ -14,11 +14,6 @@ from layer_cases import build, constant
 PROFILE = {"x": tensoracle.InputShape.ranged((1, 1, 384), (2, 8, 384), (4, 16, 384))}
 
 
-@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
-def device(request) -> str:
-    return request.param
-
-
 def rng(seed):
     return np.random.default_rng(seed)
 

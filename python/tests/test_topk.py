@@ -5,7 +5,6 @@ parameter checks when the layer is added."""
 
 from __future__ import annotations
 
-import zlib
 
 import ml_dtypes
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 import tensoracle
 import tensoracle.trt as trt
-from layer_cases import build
+from layer_cases import build, rng_for
 
 TYPES = {
     "f32": (np.dtype(np.float32), trt.float32),
@@ -23,15 +22,6 @@ TYPES = {
     "i64": (np.dtype(np.int64), trt.int64),
 }
 OPS = {"MAX": trt.TopKOperation.MAX, "MIN": trt.TopKOperation.MIN}
-
-
-@pytest.fixture(params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
-def device(request) -> str:
-    return request.param
-
-
-def rng_for(*key) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def sample(rng, shape, name: str) -> np.ndarray:
