@@ -30,35 +30,10 @@ import time
 import numpy as np
 
 import tensoracle
+from bench_common import cpu_model, load_line
 
 TARGET_RATIO = 0.3
 ATOL, RTOL = 1e-3, 1e-3
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_line() -> str:
-    parts = []
-    try:
-        with open("/proc/loadavg") as f:
-            parts.append("loadavg " + " ".join(f.read().split()[:3]))
-    except OSError:
-        pass
-    try:
-        with open("/proc/pressure/cpu") as f:
-            parts.append("cpu pressure " + " ".join(f.readline().split()[1:3]))
-    except OSError:
-        pass
-    return ", ".join(parts) or "unknown"
 
 
 def numpy_metrics(candidate: np.ndarray, reference: np.ndarray) -> dict:

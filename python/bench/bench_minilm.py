@@ -55,6 +55,7 @@ import numpy as np
 # tensoracle first: its OpenMP runtime (libgomp, shared by soname with torch's) is then
 # initialised with tensoracle's default wait policy (passive: see tensoracle/__init__.py).
 import tensoracle  # noqa: I001
+from bench_common import cpu_model, load_line
 
 import onnxruntime as ort
 import torch
@@ -64,25 +65,6 @@ import minilm  # noqa: E402
 
 TARGET_RATIO = 1.3
 MAX_ABS_ERROR = 1e-4
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_line() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return "loadavg " + " ".join(f.read().split()[:3])
-    except OSError:
-        return "loadavg unknown"
 
 
 class Peer:

@@ -51,6 +51,7 @@ import numpy as np  # noqa: E402
 # tensoracle first: its OpenMP runtime (libgomp) is then initialised with tensoracle's default
 # wait policy (passive: see tensoracle/__init__.py).
 import tensoracle  # noqa: I001, E402
+from bench_common import cpu_model, load_line  # noqa: E402
 import tensoracle.trt as trt  # noqa: E402
 
 import onnx  # noqa: E402
@@ -67,34 +68,6 @@ FLOPS = LAYERS * 2 * BATCH * WIDTH * WIDTH  # GEMM flops per forward pass (point
 
 # ----------------------------------------------------------------------------------------
 # the machine
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_line() -> str:
-    """Load average and CPU pressure: other processes' work skews every timing here."""
-    parts = []
-    try:
-        with open("/proc/loadavg") as f:
-            parts.append("loadavg " + " ".join(f.read().split()[:3]))
-    except OSError:
-        pass
-    try:
-        with open("/proc/pressure/cpu") as f:
-            some = f.readline().split()
-            parts.append("cpu pressure " + " ".join(some[1:3]))
-    except OSError:
-        pass
-    return ", ".join(parts) or "unknown"
 
 
 def usable_cpus() -> int | None:

@@ -47,6 +47,7 @@ import numpy as np
 # tensoracle first: its OpenMP runtime (libgomp, shared by soname with torch's) is then
 # initialised with tensoracle's default wait policy (passive: see tensoracle/__init__.py).
 import tensoracle  # noqa: I001
+from bench_common import cpu_model, load_line
 
 import onnx
 import onnxruntime as ort
@@ -79,32 +80,6 @@ def macs_per_image(size: int) -> int:
                 total += so * so * planes * inpl
             s, inpl = so, planes
     return total + 512 * resnet18.CLASSES
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_line() -> str:
-    parts = []
-    try:
-        with open("/proc/loadavg") as f:
-            parts.append("loadavg " + " ".join(f.read().split()[:3]))
-    except OSError:
-        pass
-    try:
-        with open("/proc/pressure/cpu") as f:
-            parts.append("cpu pressure " + " ".join(f.readline().split()[1:3]))
-    except OSError:
-        pass
-    return ", ".join(parts) or "unknown"
 
 
 # ----------------------------------------------------------------------------------------
