@@ -1,0 +1,79 @@
+"""How the core finds and opens the CUDA backend library (runtime/backend.cpp), on any machine:
+each case runs in a fresh process (the library is opened once per process) with
+$TENSORACLE_CUDA_BACKEND pointing at something that is not a usable backend; asking for
+cuda:0 must then raise BuildError saying why, never crash."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+BUILD_CUDA = textwrap.dedent(
+    """
+    import sys
+    import tensoracle
+    import tensoracle.trt as trt
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (2,))
+        y = net.add_identity(x).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2,))}, tensoracle.BuilderSettings(device="cuda:0"))
+    try:
+        tensoracle.build_serialized_engine(graph, decl)
+    except tensoracle.BuildError as e:
+        print("BuildError:", e)
+        sys.exit(0)
+    print("built")
+    """
+)
+
+
+def build_with(env_path: str) -> str:
+    import os
+
+    env = dict(os.environ, TENSORACLE_CUDA_BACKEND=env_path)
+    done = subprocess.run([sys.executable, "-c", BUILD_CUDA], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_missing_library_is_named(tmp_path):
+    out = build_with(str(tmp_path / "nowhere" / "libtensoracle_cuda.so"))
+    assert "BuildError: [build] device 'cuda:0': [cuda] the CUDA backend library" in out
+    assert "nowhere/libtensoracle_cuda.so: not found" in out
+
+
+def test_a_library_that_is_not_a_backend_is_refused(tmp_path):
+    bogus = tmp_path / "libbogus.so"
+    bogus.write_bytes(b"\x7fELF not really")
+    out = build_with(str(bogus))
+    assert "could not be loaded" in out and "libbogus.so" in out
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to make stand-in libraries")
+def test_a_shared_library_without_the_entry_point_or_failing_is_refused(tmp_path):
+    plain = tmp_path / "libplain.so"
+    src = tmp_path / "plain.c"
+    src.write_text("int something(void) { return 1; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(plain), str(src)], check=True)
+    assert "does not export tensoracle_cuda_backend; it is not a tensoracle CUDA backend" in build_with(str(plain))
+
+    # A library with the entry point that reports a failure: its words reach the user.
+    failing = tmp_path / "libfailing.so"
+    src = tmp_path / "failing.c"
+    src.write_text(
+        "#include <stdio.h>\n"
+        "const void* tensoracle_cuda_backend(int abi, int device, char* error, unsigned long size) {\n"
+        '  snprintf(error, size, "stand-in backend: abi %d, device %d", abi, device);\n'
+        "  return 0;\n"
+        "}\n"
+    )
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(failing), str(src)], check=True)
+    assert "BuildError: [build] device 'cuda:0': [cuda] stand-in backend: abi 1, device 0" in build_with(str(failing))
