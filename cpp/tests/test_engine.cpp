@@ -1,7 +1,13 @@
 // Builder + engine file + CPU runtime, end to end.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -295,3 +301,28 @@ TEST(Engine, ReshapeByShapeTensorsFollowsTheInputShape) {
   auto* r = net.add_shuffle(x);
   EXPECT_THROW(net.set_layer_input(r, 1, x), InvalidArgument);
 }
+
+#ifdef TENSORACLE_CLI_PATH
+// `tensoracle inspect` reads an engine's plan without opening it on a backend: an engine built
+// for a GPU this machine lacks is still shown (and one that large is not uploaded to look at).
+TEST(Engine, InspectShowsAnEngineBuiltForAnotherDevice) {
+  Linear model;
+  plan::Plan p = plan::read_engine(build_serialized_engine(model, linear_declaration()), "test", nullptr);
+  p.target = {{"backend", "cuda"}, {"device", "Imaginary GPU"}, {"compute_capability", "12.7"}};
+  auto bytes = plan::write_engine(p);
+  const auto path = std::filesystem::temp_directory_path() / ("inspect_cuda_" + std::to_string(::getpid()) + ".engine");
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_THROW(Engine::load(path), IncompatibleEngineError);  // running it is another matter
+  std::string out;
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen((std::string(TENSORACLE_CLI_PATH) + " inspect " + path.string() + " 2>&1").c_str(), "r"), ::pclose);
+    ASSERT_TRUE(pipe);
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe.get())) > 0) out.append(buf, n);
+  }
+  std::filesystem::remove(path);
+  EXPECT_NE(out.find("target:   cuda (Imaginary GPU, compute capability 12.7)"), std::string::npos) << out;
+  EXPECT_NE(out.find("nodes:    1 (after fusion)"), std::string::npos) << out;
+}
+#endif

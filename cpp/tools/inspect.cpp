@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/mapped_file.h"
+#include "plan/plan.h"
 #include "tensoracle/convert.h"
+#include "tensoracle/errors.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/safetensors.h"
 #include "tools/commands.h"
@@ -78,10 +81,21 @@ int inspect_text(const st::File& f) {
 
 std::string dims_text(const Dims& d) { return d.str(); }
 
+// Reads the engine's plan without opening it on a backend: a CUDA engine is inspected on a
+// machine without a GPU, and a large one without uploading its weights.
 int inspect_engine(const std::string& path, bool json) {
-  Engine e = Engine::load(path);
-  auto plan = nlohmann::ordered_json::parse(e.plan_json());
-  auto target = nlohmann::ordered_json::parse(e.target_json());
+  core::MappedFile map(path, false, "engine");
+  plan::Plan p;
+  try {
+    p = plan::read_engine(map.bytes(), path, nullptr);
+  } catch (const FormatError& e) {
+    throw CorruptEngineError(std::string(e.what()) + "; expected an engine file");
+  }
+  auto plan = nlohmann::ordered_json::parse(plan::plan_to_json(p).dump());
+  auto target = nlohmann::ordered_json::parse(p.target.dump());
+  std::uint64_t weight_bytes = 0;
+  for (const auto& v : p.graph.values)
+    if (v.constant) weight_bytes += v.constant->bytes().size();
   if (json) {
     nlohmann::ordered_json j;
     j["file"] = path;
@@ -94,23 +108,25 @@ int inspect_engine(const std::string& path, bool json) {
   }
   fmt::print("file:     {}\n", path);
   fmt::print("format:   tensoracle engine, version {}\n", kEngineFormatVersion);
-  fmt::print("target:   {} ({}, {})\n", target.value("backend", "?"), target.value("device", "?"),
-             target.value("arch", "?"));
+  const std::string backend = target.value("backend", "?");
+  const std::string detail = backend == "cuda" ? "compute capability " + target.value("compute_capability", std::string("?"))
+                                               : target.value("arch", std::string("?"));
+  fmt::print("target:   {} ({}, {})\n", backend, target.value("device", "?"), detail);
   fmt::print("inputs and outputs:\n");
-  for (const auto& t : e.io_tensors())
+  for (const auto& t : p.io)
     fmt::print("  {:<6} {:<20} {:<9} {}  min {} opt {} max {}\n", t.mode == TensorIOMode::kINPUT ? "input" : "output",
                t.name, type_name(t.type), dims_text(t.dims), dims_text(t.min), dims_text(t.opt), dims_text(t.max));
-  auto layers = e.layers();
-  fmt::print("nodes:    {} (after fusion)\n", layers.size());
-  for (const auto& l : layers) {
+  fmt::print("nodes:    {} (after fusion)\n", p.graph.nodes.size());
+  for (const auto& n : p.graph.nodes) {
     std::string fused;
-    for (const auto& f : l.fused) fused += " + " + f;
-    fmt::print("  {:<24} {:<16} tactic {:<20}{}\n", l.name, l.type, l.tactic, fused.empty() ? "" : "  fused:" + fused.substr(2));
+    for (const auto& op : n.epilogue) fused += " + " + op.layer;
+    fmt::print("  {:<24} {:<16} tactic {:<20}{}\n", n.name, layer_type_name(n.type()), n.tactic,
+               fused.empty() ? "" : "  fused:" + fused.substr(2));
   }
   const auto& mem = plan["memory"];
   fmt::print("memory:   activations {} bytes (sum of sizes {}), scratch {} bytes, weights {} bytes\n",
              mem["arena_bytes"].get<std::uint64_t>(), mem["naive_bytes"].get<std::uint64_t>(),
-             mem["workspace_bytes"].get<std::uint64_t>(), e.weight_bytes());
+             mem["workspace_bytes"].get<std::uint64_t>(), weight_bytes);
   return 0;
 }
 
