@@ -1,4 +1,5 @@
-// Test helpers: build safetensors bytes by hand (any header text, any data), and temp dirs.
+// Test helpers: build safetensors bytes by hand (any header text, any data), temp dirs, and
+// seeded random data.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,15 @@
 #include <vector>
 
 namespace tensoracle::testing {
+
+// n floats uniform in [lo, hi), the same for the same seed.
+inline std::vector<float> uniform(std::size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
 
 // 8-byte little-endian length of `header`, then `header`, then `data`.
 inline std::vector<std::byte> st_bytes(const std::string& header, std::size_t data_bytes = 0,

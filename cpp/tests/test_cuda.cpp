@@ -10,21 +10,15 @@
 
 #include "nlohmann/json.hpp"
 #include "plan/plan.h"
+#include "st_helpers.h"
 #include "tensoracle/builder.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/errors.h"
 
 using namespace tensoracle;
+using tensoracle::testing::uniform;
 
 namespace {
-
-std::vector<float> uniform(std::size_t n, float lo, float hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // features (rows x 64) @ matrix (64 x 48) + bias, then `act`.
 struct Linear {

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <thread>
@@ -19,16 +18,9 @@
 #include "tensoracle/safetensors.h"
 
 using namespace tensoracle;
+using tensoracle::testing::uniform;
 
 namespace {
-
-std::vector<float> uniform(std::size_t n, float lo, float hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // features (16x32) @ matrix (32x16) + bias (1x16), then GELU.
 struct Linear {
@@ -311,7 +303,7 @@ TEST(Engine, InspectShowsAnEngineBuiltForAnotherDevice) {
   p.target = {{"backend", "cuda"}, {"device", "Imaginary GPU"}, {"compute_capability", "12.7"}};
   auto bytes = plan::write_engine(p);
   const auto path = std::filesystem::temp_directory_path() / ("inspect_cuda_" + std::to_string(::getpid()) + ".engine");
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  tensoracle::testing::write_bytes(path, bytes);
   EXPECT_THROW(Engine::load(path), IncompatibleEngineError);  // running it is another matter
   std::string out;
   {
