@@ -83,6 +83,124 @@ TEST(Engine, BuildsRunsAndMatchesAReference) {
   }
 }
 
+namespace {
+
+// features (rows x 32) @ matrix (32 x 16) + bias with per-tensor Q/DQ of both operands in int8
+// or fp8 (the reference's precision example). With `expose`, the dequantized operands are
+// outputs too, so that the test can compute the product from them.
+struct QuantizedLinear {
+  DataType type;
+  bool expose = false;
+  std::vector<float> matrix = uniform(32 * 16, -0.25f, 0.25f, 29);
+  std::vector<float> bias = uniform(16, -0.1f, 0.1f, 30);
+  float x_scale() const { return 1.f / (type == DataType::kINT8 ? 127.f : 448.f); }
+  float w_scale() const { return 0.25f / (type == DataType::kINT8 ? 127.f : 448.f); }
+  void operator()(Network& net) const {
+    auto constant = [&](Dims d, const float* v) {
+      return net.add_constant(d, Weights::copy_of(DataType::kFLOAT, v, d.volume()))->get_output(0);
+    };
+    const float xs = x_scale(), ws = w_scale();
+    auto* x = net.add_input("features", DataType::kFLOAT, {-1, 32});
+    auto qdq = [&](Tensor* t, float scale, const char* name) {
+      auto* s = constant({1}, &scale);
+      auto* q = net.add_quantize(t, s, type);
+      q->set_name(std::string("q_") + name);
+      auto* dq = net.add_dequantize(q->get_output(0), s, DataType::kFLOAT);
+      dq->set_name(std::string("dq_") + name);
+      return dq->get_output(0);
+    };
+    auto* a = qdq(x, xs, "features");
+    auto* w = qdq(constant({32, 16}, matrix.data()), ws, "matrix");
+    auto* y = net.add_matrix_multiply(a, MatrixOperation::kNONE, w, MatrixOperation::kNONE)->get_output(0);
+    y = net.add_elementwise(y, constant({1, 16}, bias.data()), ElementWiseOperation::kSUM)->get_output(0);
+    y->set_name("result");
+    net.mark_output(y);
+    if (expose) {
+      a->set_name("dq_features_out");
+      w->set_name("dq_matrix_out");
+      net.mark_output(a);
+      net.mark_output(w);
+    }
+  }
+};
+
+}  // namespace
+
+// The builder folds DQ(a_q) x DQ(w_q) into one int8 / fp8 matrix multiply (the engine shows it);
+// on the CPU its result is the product of the dequantized operands.
+TEST(Engine, QdqPairsAroundAMatrixMultiplyFoldIntoAQuantizedProduct) {
+  for (DataType type : {DataType::kINT8, DataType::kFP8}) {
+    SCOPED_TRACE(type_name(type));
+    QuantizedLinear plain{type}, exposed{type, true};
+    Engine e = Engine::deserialize(build_serialized_engine(plain, linear_declaration()));
+    auto layers = e.layers();
+    ASSERT_EQ(layers.size(), 2u);
+    EXPECT_EQ(layers[0].type, "quantize");
+    EXPECT_EQ(layers[1].type, "matrix_multiply");
+    EXPECT_EQ(layers[1].precision, type_name(type));
+    ASSERT_EQ(layers[1].fused.size(), 3u);  // both dequantize layers, then the bias add
+    EXPECT_EQ(layers[1].fused[0], "dq_features");
+    EXPECT_EQ(layers[1].fused[1], "dq_matrix");
+    EXPECT_NE(e.plan_json().find("folded dequantize 'dq_features' and 'dq_matrix'"), std::string::npos);
+
+    Engine with_operands = Engine::deserialize(build_serialized_engine(exposed, linear_declaration()));
+    for (int rows : {1, 16, 64}) {
+      auto x = uniform(static_cast<std::size_t>(rows) * 32, -1.f, 1.f, 40u + static_cast<unsigned>(rows));
+      HostTensorView in{DataType::kFLOAT, {rows, 32}, x.data()};
+      auto got = e.create_execution().run({{"features", in}});
+      auto ref = with_operands.create_execution().run({{"features", in}});
+      const auto* a = reinterpret_cast<const float*>(ref.at("dq_features_out").data.get());
+      const auto* w = reinterpret_cast<const float*>(ref.at("dq_matrix_out").data.get());
+      const auto* y = reinterpret_cast<const float*>(got.at("result").data.get());
+      const auto* y2 = reinterpret_cast<const float*>(ref.at("result").data.get());
+      double worst = 0;
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < 16; ++c) {
+          double acc = plain.bias[static_cast<std::size_t>(c)];
+          for (int k = 0; k < 32; ++k) acc += static_cast<double>(a[r * 32 + k]) * w[k * 16 + c];
+          worst = std::max(worst, std::abs(acc - y[r * 16 + c]));
+          ASSERT_EQ(y[r * 16 + c], y2[r * 16 + c]);  // the same folded product in both engines
+        }
+      EXPECT_LT(worst, 1e-5) << rows;
+      // Quantization changed the operands: the product is not the float one.
+      EXPECT_NE(a[0], x[0]);
+    }
+  }
+}
+
+// Only per-tensor float32 scales and an untransposed first operand fold; anything else keeps
+// its dequantize layers and float product.
+TEST(Engine, QdqFoldingLeavesOtherPatternsAlone) {
+  auto build = [](bool transpose_features, bool mixed) {
+    return [=](Network& net) {
+      float one = 1.f / 127;
+      auto* s = net.add_constant({1}, Weights::copy_of(DataType::kFLOAT, &one, 1))->get_output(0);
+      auto* x = net.add_input("features", DataType::kFLOAT, {-1, 32});
+      auto* qx = net.add_quantize(x, s, DataType::kINT8)->get_output(0);
+      auto* a = net.add_dequantize(qx, s, DataType::kFLOAT)->get_output(0);
+      std::vector<float> m = uniform(32 * 32, -1.f, 1.f, 3);
+      auto* w = net.add_constant({32, 32}, Weights::copy_of(DataType::kFLOAT, m.data(), 1024))->get_output(0);
+      auto* qw = net.add_quantize(w, s, mixed ? DataType::kFP8 : DataType::kINT8)->get_output(0);
+      auto* b = net.add_dequantize(qw, s, DataType::kFLOAT)->get_output(0);
+      auto* y = net.add_matrix_multiply(a, transpose_features ? MatrixOperation::kTRANSPOSE : MatrixOperation::kNONE, b,
+                                        MatrixOperation::kNONE)
+                    ->get_output(0);
+      y->set_name("result");
+      net.mark_output(y);
+    };
+  };
+  EngineBuild d;
+  d.inputs["features"] = InputShape::fixed({32, 32});
+  d.settings.device = "cpu";
+  for (auto [t, m] : {std::pair{true, false}, std::pair{false, true}}) {
+    Engine e = Engine::deserialize(build_serialized_engine(build(t, m), d));
+    auto layers = e.layers();
+    ASSERT_EQ(layers.back().type, "matrix_multiply");
+    EXPECT_EQ(layers.back().precision, "float32");
+    EXPECT_EQ(layers.size(), 4u);  // quantize, two dequantize, matrix multiply
+  }
+}
+
 TEST(Engine, ExecutionChecksShapesAndBindings) {
   Linear model;
   Engine e = Engine::deserialize(build_serialized_engine(model, linear_declaration()));

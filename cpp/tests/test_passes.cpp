@@ -168,3 +168,45 @@ TEST(Passes, MemoryPlanSharesBytesBetweenValuesThatAreNotLiveTogether) {
       EXPECT_TRUE(plan.offsets[vi] + 1024 <= plan.offsets[vj] || plan.offsets[vj] + 1024 <= plan.offsets[vi]);
     }
 }
+
+// Q/DQ folding: the product reads the quantized operands and their scales; a constant [K, N]
+// matrix is stored transposed ([N, K], op1 = TRANSPOSE); the dequantize nodes die.
+TEST(Passes, FoldQdqRewritesAQuantizedProductIntoOneNode) {
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {2, 3});
+  auto* xs = net.add_constant({1}, floats({0.5f}))->get_output(0);
+  auto* ws = net.add_constant({1}, floats({0.25f}))->get_output(0);
+  auto* w = net.add_constant({3, 2}, floats({1, 2, 3, 4, 5, 6}))->get_output(0);
+  auto* qx = net.add_quantize(x, xs, DataType::kINT8);
+  auto* dqx = net.add_dequantize(qx->get_output(0), xs, DataType::kFLOAT);
+  dqx->set_name("dq_x");
+  auto* qw = net.add_quantize(w, ws, DataType::kINT8);
+  auto* dqw = net.add_dequantize(qw->get_output(0), ws, DataType::kFLOAT);
+  dqw->set_name("dq_w");
+  auto* mm = net.add_matrix_multiply(dqx->get_output(0), MatrixOperation::kNONE, dqw->get_output(0), MatrixOperation::kNONE);
+  mm->set_name("mm");
+  net.mark_output(mm->get_output(0));
+  Graph g = graph::from_network(net);
+  build::constant_fold(g, runtime::evaluate_constant_node);
+  build::dead_code(g);
+  auto log = build::fold_qdq(g);
+  graph::verify(g, "fold_qdq");
+  build::dead_code(g);
+  graph::verify(g, "dead_code");
+  ASSERT_EQ(log.changes.size(), 1u);
+  EXPECT_NE(log.changes[0].find("an int8 matrix multiply"), std::string::npos) << log.changes[0];
+  ASSERT_EQ(node_names(g), (std::vector<std::string>{qx->name(), "mm"}));
+  const graph::Node& n = g.nodes[1];
+  EXPECT_TRUE(n.quantized());
+  EXPECT_EQ(n.folded_dequantize, (std::vector<std::string>{"dq_x", "dq_w"}));
+  EXPECT_EQ(std::get<MatrixMultiplyParams>(n.params).op1, MatrixOperation::kTRANSPOSE);
+  ASSERT_EQ(n.inputs.size(), 4u);
+  const auto& wq = g.values[static_cast<std::size_t>(n.inputs[1])];
+  ASSERT_TRUE(wq.constant.has_value());
+  EXPECT_EQ(wq.desc.dims, (Dims{2, 3}));
+  // w / 0.25 = {4, 8, 12, 16, 20, 24} row-major [3, 2]; transposed: {4, 12, 20, 8, 16, 24}.
+  const auto* q = static_cast<const std::int8_t*>(wq.constant->values());
+  EXPECT_EQ(std::vector<int>(q, q + 6), (std::vector<int>{4, 12, 20, 8, 16, 24}));
+  EXPECT_EQ(g.values[static_cast<std::size_t>(n.inputs[2])].desc.dims, (Dims{1}));
+  EXPECT_EQ(graph::arithmetic_type(g, n), DataType::kINT8);
+}

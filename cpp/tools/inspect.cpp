@@ -119,9 +119,9 @@ int inspect_engine(const std::string& path, bool json) {
   fmt::print("nodes:    {} (after fusion)\n", p.graph.nodes.size());
   for (const auto& n : p.graph.nodes) {
     std::string fused;
-    for (const auto& op : n.epilogue) fused += " + " + op.layer;
-    fmt::print("  {:<24} {:<16} tactic {:<20}{}\n", n.name, layer_type_name(n.type()), n.tactic,
-               fused.empty() ? "" : "  fused:" + fused.substr(2));
+    for (const auto& name : graph::fused_layers(n)) fused += " + " + name;
+    fmt::print("  {:<24} {:<16} {:<8} tactic {:<20}{}\n", n.name, layer_type_name(n.type()),
+               type_name(graph::arithmetic_type(p.graph, n)), n.tactic, fused.empty() ? "" : "  fused:" + fused.substr(2));
   }
   const auto& mem = plan["memory"];
   fmt::print("memory:   activations {} bytes (sum of sizes {}), scratch {} bytes, weights {} bytes\n",

@@ -168,6 +168,7 @@ void bind_engine(nb::module_& m) {
       .def_ro("name", &LayerInfo::name)
       .def_ro("type", &LayerInfo::type)
       .def_ro("fused", &LayerInfo::fused)
+      .def_ro("precision", &LayerInfo::precision)
       .def_ro("tactic", &LayerInfo::tactic)
       .def_ro("inputs", &LayerInfo::inputs)
       .def_ro("output", &LayerInfo::output);

@@ -53,7 +53,8 @@ struct IOTensorInfo {
 struct LayerInfo {
   std::string name;
   std::string type;                 // "matrix_multiply", ...
-  std::vector<std::string> fused;   // layers fused into it, in order
+  std::vector<std::string> fused;   // layers fused into it, in order (folded dequantize layers first)
+  std::string precision;            // the type it computes in: "float32", ..., "int8" / "fp8" for folded Q/DQ
   std::string tactic;
   std::vector<std::string> inputs;  // tensor names
   std::string output;

@@ -108,6 +108,8 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   record(build::dead_code(g));
   record(build::constant_fold(g, runtime::evaluate_constant_node));
   record(build::dead_code(g));
+  record(build::fold_qdq(g));
+  record(build::dead_code(g));
   record(build::fuse_pointwise(g, [&](const graph::Graph& gr, const graph::Node& n, const graph::EpilogueOp& op) {
     return backend.can_fuse(gr, n, op);
   }));

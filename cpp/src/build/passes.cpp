@@ -55,6 +55,70 @@ PassLog constant_fold(Graph& g, const ConstantEvaluator& evaluate, std::uint64_t
 
 namespace {
 
+// The dequantize node producing value `v` with a per-tensor float32 constant scale, or null.
+const Node* per_tensor_dequantize(const Graph& g, int v) {
+  const int p = g.values[static_cast<std::size_t>(v)].producer;
+  if (p < 0) return nullptr;
+  const Node& dq = g.nodes[static_cast<std::size_t>(p)];
+  if (dq.type() != LayerType::kDEQUANTIZE || !dq.epilogue.empty() || dq.quantized()) return nullptr;
+  const auto& scale = g.values[static_cast<std::size_t>(dq.inputs[1])];
+  if (!scale.constant || scale.desc.type != DataType::kFLOAT || scale.desc.dims.volume() != 1) return nullptr;
+  return &dq;
+}
+
+// A transposed copy of a rank-2 constant (any element size).
+Weights transposed(const Weights& w, const Dims& dims) {
+  const auto rows = static_cast<std::size_t>(dims[0]), cols = static_cast<std::size_t>(dims[1]);
+  const std::size_t es = element_size(w.type());
+  std::vector<std::byte> out(rows * cols * es);
+  const auto* src = static_cast<const std::byte*>(w.values());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c)
+      std::copy_n(src + (r * cols + c) * es, es, out.data() + (c * rows + r) * es);
+  return Weights::copy_of(w.type(), out.data(), static_cast<std::int64_t>(rows * cols));
+}
+
+}  // namespace
+
+PassLog fold_qdq(Graph& g) {
+  PassLog log{"fold_qdq", {}};
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
+    if (!mm || n.quantized() || !n.epilogue.empty() || mm->op0 != MatrixOperation::kNONE ||
+        mm->op1 == MatrixOperation::kVECTOR)
+      continue;
+    const Node* da = per_tensor_dequantize(g, n.inputs[0]);
+    const Node* db = per_tensor_dequantize(g, n.inputs[1]);
+    if (!da || !db) continue;
+    int qa = da->inputs[0], qb = db->inputs[0];
+    const DataType qt = g.values[static_cast<std::size_t>(qa)].desc.type;
+    if (g.values[static_cast<std::size_t>(qb)].desc.type != qt) continue;
+    if (g.values[static_cast<std::size_t>(qa)].desc.dims.rank() < 2) continue;
+    MatrixMultiplyParams p = *mm;
+    if (p.op1 == MatrixOperation::kNONE) {
+      const auto& b = g.values[static_cast<std::size_t>(qb)];
+      if (!b.constant || b.desc.dims.rank() != 2 || !b.desc.dims.all_known()) continue;
+      graph::Value t;
+      t.name = b.name + ".transposed";
+      t.desc = {b.desc.type, Dims{b.desc.dims[1], b.desc.dims[0]}};
+      t.constant = transposed(*b.constant, b.desc.dims);
+      qb = static_cast<int>(g.values.size());
+      g.values.push_back(std::move(t));
+      p.op1 = MatrixOperation::kTRANSPOSE;
+    }
+    const std::string names = "'" + da->name + "' and '" + db->name + "'";
+    n.folded_dequantize = {da->name, db->name};
+    n.inputs = {qa, qb, da->inputs[1], db->inputs[1]};
+    n.params = p;
+    log.changes.push_back("folded dequantize " + names + " into node '" + n.name + "': an " +
+                          std::string(type_name(qt)) + " matrix multiply");
+  }
+  return log;
+}
+
+namespace {
+
 bool is_pointwise(const LayerParams& p) {
   return std::holds_alternative<ActivationParams>(p) || std::holds_alternative<CastParams>(p) ||
          std::holds_alternative<ElementWiseParams>(p);

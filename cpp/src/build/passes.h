@@ -25,6 +25,15 @@ PassLog dead_code(graph::Graph& g);
 using ConstantEvaluator = std::function<Weights(const graph::Graph&, const graph::Node&)>;
 PassLog constant_fold(graph::Graph& g, const ConstantEvaluator& evaluate, std::uint64_t max_bytes = 64u << 20);
 
+// Folds Q/DQ pairs into matrix multiplies: a product of dequantize(a_q, a_scale) and
+// dequantize(b_q, b_scale) — both int8 or both fp8, per-tensor float32 scales, the first operand
+// not transposed — becomes one quantized matrix multiply reading a_q, b_q and the scales
+// (graph::Node::folded_dequantize), which backends run as an integer or fp8 GEMM. The second
+// operand is stored transposed ([N, K], op1 = TRANSPOSE, the layout tensor-core GEMMs take):
+// a constant [K, N] matrix is transposed here; a computed one must already be. Dequantize
+// nodes left without readers go with the next dead_code pass.
+PassLog fold_qdq(graph::Graph& g);
+
 // Fuses chains of pointwise layers (activation, cast, elementwise whose other operand
 // broadcasts into the result) into the node producing their input, when that input has no
 // other reader, is not a network output, and `can_fuse` agrees.

@@ -13,6 +13,39 @@ std::vector<int> Node::all_inputs() const {
   return v;
 }
 
+DataType arithmetic_type(const Graph& g, const Node& n) {
+  return n.quantized() ? g.values[static_cast<std::size_t>(n.inputs[0])].desc.type : n.main_desc.type;
+}
+
+std::vector<std::string> fused_layers(const Node& n) {
+  std::vector<std::string> names = n.folded_dequantize;
+  for (const auto& op : n.epilogue) names.push_back(op.layer);
+  return names;
+}
+
+std::vector<TensorDesc> main_inputs(const Node& n, std::span<const TensorDesc> inputs) {
+  if (!n.quantized()) return {inputs.begin(), inputs.begin() + static_cast<std::ptrdiff_t>(n.inputs.size())};
+  auto fail = [](const std::string& m) -> void { throw InvalidArgument("folded Q/DQ matrix multiply: " + m); };
+  if (n.type() != LayerType::kMATRIX_MULTIPLY || n.inputs.size() != 4 || inputs.size() < 4 || n.folded_dequantize.size() != 2)
+    fail("it must be a matrix multiply of two quantized operands and their two scales");
+  const DataType q = inputs[0].type, t = n.main_desc.type;
+  if ((q != DataType::kINT8 && q != DataType::kFP8) || inputs[1].type != q)
+    fail("operands of types " + std::string(type_name(q)) + " and " + std::string(type_name(inputs[1].type)) +
+         "; both must be int8 or both fp8");
+  for (int i : {2, 3})
+    if (inputs[static_cast<std::size_t>(i)].type != DataType::kFLOAT || inputs[static_cast<std::size_t>(i)].dims.volume() != 1)
+      fail("scale " + std::to_string(i - 2) + " must be one float32 value, got " +
+           std::string(type_name(inputs[static_cast<std::size_t>(i)].type)) + " " + inputs[static_cast<std::size_t>(i)].dims.str());
+  if (t != DataType::kFLOAT && t != DataType::kHALF && t != DataType::kBF16)
+    fail("operands dequantize to " + std::string(type_name(t)) + "; float32, float16 or bfloat16 expected");
+  return {TensorDesc{t, inputs[0].dims}, TensorDesc{t, inputs[1].dims}};
+}
+
+TensorDesc infer_main(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts) {
+  auto in = main_inputs(n, inputs);
+  return infer(n.params, in, facts.first(in.size()))[0];
+}
+
 std::vector<std::vector<int>> Graph::consumers() const {
   std::vector<std::vector<int>> c(values.size());
   for (std::size_t n = 0; n < nodes.size(); ++n)
@@ -94,7 +127,7 @@ TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDes
   auto fin = facts_of(g, n.inputs, values);
   TensorDesc cur;
   try {
-    cur = infer(n.params, in, fin)[0];
+    cur = infer_main(n, in, fin);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument("[build] layer '" + n.name + "': " + e.what());
   }
@@ -122,7 +155,7 @@ TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDes
 
 std::vector<TensorDesc> epilogue_chain(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts) {
   std::vector<TensorDesc> descs;
-  descs.push_back(infer(n.params, inputs.first(n.inputs.size()), facts.first(n.inputs.size()))[0]);
+  descs.push_back(infer_main(n, inputs.first(n.inputs.size()), facts.first(n.inputs.size())));
   std::size_t k = n.inputs.size();
   for (const auto& op : n.epilogue) {
     std::vector<TensorDesc> in{descs.back()};

@@ -42,7 +42,13 @@ struct Node {
   std::vector<EpilogueOp> epilogue;
   int output = -1;              // value id of the final result
   std::string tactic;
+  // Q/DQ folding (build::fold_qdq): the names of the two dequantize layers this matrix multiply
+  // absorbed. When set, inputs = {a_q, b_q, a_scale, b_scale} — int8 or fp8 tensors and their
+  // one-element float32 scales — and the product reads dequantize(a_q, a_scale) and
+  // dequantize(b_q, b_scale) in its own result's type (main_desc.type).
+  std::vector<std::string> folded_dequantize;
 
+  bool quantized() const noexcept { return !folded_dequantize.empty(); }
   LayerType type() const noexcept { return static_cast<LayerType>(params.index()); }
   // Every value the node reads: inputs, then epilogue operands.
   std::vector<int> all_inputs() const;
@@ -76,6 +82,17 @@ void compact(Graph& g, const std::vector<bool>& dead_nodes);
 using ShapeValues = std::vector<std::optional<std::vector<std::int64_t>>>;
 using ShapeEvaluator = std::function<std::vector<std::int64_t>(
     const Graph& g, const Node& n, std::span<const TensorDesc> inputs, const ShapeValues& values, const TensorDesc& out)>;
+
+// The type node `n` computes in: its own result's, or a quantized matrix multiply's int8/fp8.
+DataType arithmetic_type(const Graph& g, const Node& n);
+// The layers fused into node `n`, in order: folded dequantize layers, then its epilogue's.
+std::vector<std::string> fused_layers(const Node& n);
+
+// The descriptions node `n`'s own op reads for inputs described by `inputs` (n.inputs order):
+// the inputs themselves, or a quantized matrix multiply's two dequantized operands.
+std::vector<TensorDesc> main_inputs(const Node& n, std::span<const TensorDesc> inputs);
+// Node `n`'s own result (before its epilogue). Throws InvalidArgument (without the layer's name).
+TensorDesc infer_main(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts);
 
 // The descriptions of node `n`'s own result and of each of its epilogue's values, for inputs
 // described by `inputs` (n.all_inputs() order) with `facts` (same order). What a backend's

@@ -301,6 +301,7 @@ json plan_to_json(const Plan& plan) {
   for (const auto& n : g.nodes) {
     json e = {{"name", n.name}, {"layer", layer_type_name(n.type())}, {"params", params_json(n.params)},
               {"inputs", n.inputs}, {"output", n.output}, {"main", desc_json(n.main_desc)}, {"tactic", n.tactic}};
+    if (n.quantized()) e["folded_dequantize"] = n.folded_dequantize;
     auto& ep = e["epilogue"] = json::array();
     for (const auto& op : n.epilogue)
       ep.push_back({{"layer_name", op.layer},
@@ -403,6 +404,10 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
       n.output = e.at("output").get<int>();
       n.main_desc = desc_of(e.at("main"));
       n.tactic = e.at("tactic").get<std::string>();
+      if (e.contains("folded_dequantize")) {
+        n.folded_dequantize = e.at("folded_dequantize").get<std::vector<std::string>>();
+        if (n.folded_dequantize.size() != 2) throw corrupt("node '" + n.name + "' folds a number of dequantize layers other than 2");
+      }
       for (const auto& o : e.at("epilogue")) {
         graph::EpilogueOp op;
         op.layer = o.at("layer_name").get<std::string>();

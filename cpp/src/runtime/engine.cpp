@@ -168,7 +168,8 @@ std::vector<LayerInfo> Engine::layers() const {
     LayerInfo l;
     l.name = n.name;
     l.type = std::string(layer_type_name(n.type()));
-    for (const auto& op : n.epilogue) l.fused.push_back(op.layer);
+    l.fused = graph::fused_layers(n);
+    l.precision = std::string(type_name(graph::arithmetic_type(g, n)));
     l.tactic = n.tactic;
     for (int v : n.all_inputs()) l.inputs.push_back(g.values[static_cast<std::size_t>(v)].name);
     l.output = g.values[static_cast<std::size_t>(n.output)].name;

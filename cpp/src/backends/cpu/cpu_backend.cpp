@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <new>
+#include <tuple>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_more.h"
@@ -103,8 +104,13 @@ class CpuNodeKernel final : public NodeKernel {
     const graph::TensorDesc out = chain_main(in);
     cpu::TensorRef o{nullptr, out.type, out.dims};
     switch (node_.type()) {
-      case LayerType::kMATRIX_MULTIPLY:
+      case LayerType::kMATRIX_MULTIPLY: {
+        if (node_.quantized()) {
+          auto [a, b, rest] = dequantized_operands(in, nullptr);
+          return rest + cpu::matmul_workspace_bytes(std::get<MatrixMultiplyParams>(node_.params), a, b);
+        }
         return cpu::matmul_workspace_bytes(std::get<MatrixMultiplyParams>(node_.params), ref(in[0]), ref(in[1]));
+      }
       case LayerType::kCONVOLUTION:
         return cpu::convolution_workspace_bytes(std::get<ConvolutionParams>(node_.params), ref(in[0]), o);
       case LayerType::kDECONVOLUTION:
@@ -121,7 +127,22 @@ class CpuNodeKernel final : public NodeKernel {
   graph::TensorDesc chain_main(std::span<const Buffer> in) const {
     std::vector<graph::TensorDesc> main_in;
     for (std::size_t i = 0; i < node_.inputs.size(); ++i) main_in.push_back({in[i].type, in[i].dims});
-    return graph::infer(node_.params, main_in, std::span(facts_).first(node_.inputs.size()))[0];
+    return graph::infer_main(node_, main_in, facts_);
+  }
+
+  // A quantized matrix multiply's operands dequantized into the start of `ws` (null: only
+  // sized), and the bytes they take; the product then runs on them as an unfused graph would.
+  std::tuple<cpu::TensorRef, cpu::TensorRef, std::size_t> dequantized_operands(std::span<const Buffer> in, std::byte* ws) const {
+    const DataType t = node_.main_desc.type;
+    cpu::TensorRef a{ws, t, in[0].dims};
+    const std::size_t a_bytes = align_up(bytes_of({t, in[0].dims}, in[0].dims));
+    cpu::TensorRef b{ws ? ws + a_bytes : nullptr, t, in[1].dims};
+    const std::size_t b_bytes = align_up(bytes_of({t, in[1].dims}, in[1].dims));
+    if (ws) {
+      cpu::dequantize(ref(in[0]), ref(in[2]), 0, a);
+      cpu::dequantize(ref(in[1]), ref(in[3]), 0, b);
+    }
+    return {a, b, a_bytes + b_bytes};
   }
 
   void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws) const {
@@ -129,7 +150,12 @@ class CpuNodeKernel final : public NodeKernel {
         [&](const auto& p) {
           using P = std::decay_t<decltype(p)>;
           if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
-            cpu::matmul(p, ref(in[0]), ref(in[1]), ref(out), ws);
+            if (node_.quantized()) {
+              auto [a, b, used] = dequantized_operands(in, ws);
+              cpu::matmul(p, a, b, ref(out), ws + used);
+            } else {
+              cpu::matmul(p, ref(in[0]), ref(in[1]), ref(out), ws);
+            }
           } else if constexpr (std::is_same_v<P, ElementWiseParams>) {
             cpu::elementwise(p.op, ref(in[0]), ref(in[1]), ref(out));
           } else if constexpr (std::is_same_v<P, ActivationParams>) {

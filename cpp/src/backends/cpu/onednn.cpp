@@ -597,6 +597,7 @@ bool output_channels_last(const graph::Graph& g, const graph::Node& n) {
 }
 
 std::unique_ptr<Accelerated> make(const graph::Graph& g, const graph::Node& n) {
+  if (!applicable(g, n)) return nullptr;  // an engine file's tactic is not trusted to fit the node
   if (n.tactic == kMatmulTactic && std::holds_alternative<MatrixMultiplyParams>(n.params))
     return std::make_unique<Matmul>(g, n);
   if ((n.tactic == kConvTactic || n.tactic == kConvTacticChannelsLast) && std::holds_alternative<ConvolutionParams>(n.params))
