@@ -187,3 +187,79 @@ TEST(Cuda, ConvolutionMatchesTheCpuBackend) {
   }
   for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_NEAR(outs[1][i], outs[0][i], 1e-5) << i;
 }
+
+// Q/DQ around a matrix multiply runs as an int8 (int32 sums) or fp8 GEMM on the GPU and agrees
+// with the CPU backend (which multiplies the dequantized operands): shapes cuBLASLt takes (K
+// and N multiples of 16) and shapes that fall back to dequantize + float GEMM; float32 and
+// float16 results; the bias and GELU (tanh) epilogue; heuristic and timed algorithms.
+TEST(Cuda, QuantizedProductsMatchTheCpuBackend) {
+  struct Case {
+    DataType quantized, result;
+    int k, n, level;
+  };
+  const Case cases[] = {
+      {DataType::kINT8, DataType::kFLOAT, 64, 48, 0},  {DataType::kINT8, DataType::kHALF, 64, 48, 3},
+      {DataType::kINT8, DataType::kFLOAT, 40, 24, 0},  {DataType::kFP8, DataType::kFLOAT, 64, 48, 3},
+      {DataType::kFP8, DataType::kHALF, 64, 48, 0},    {DataType::kFP8, DataType::kBF16, 128, 32, 3},
+      {DataType::kFP8, DataType::kHALF, 40, 24, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(type_name(c.quantized)) + " -> " + std::string(type_name(c.result)) + ", K=" + std::to_string(c.k) +
+                 " N=" + std::to_string(c.n) + ", level " + std::to_string(c.level));
+    const std::vector<float> w = uniform(static_cast<std::size_t>(c.k * c.n), -0.25f, 0.25f, 51);
+    const std::vector<float> bias = uniform(static_cast<std::size_t>(c.n), -0.5f, 0.5f, 52);
+    const float limit = c.quantized == DataType::kINT8 ? 127.f : 448.f;
+    const float xs = 1.f / limit, ws = 0.25f / limit;
+    auto graph = [&](Network& net) {
+      auto constant = [&](Dims d, const float* v) {
+        return net.add_constant(d, Weights::copy_of(DataType::kFLOAT, v, d.volume()))->get_output(0);
+      };
+      auto qdq = [&](Tensor* t, const float& scale) {
+        auto* s = constant({1}, &scale);
+        auto* q = net.add_quantize(t, s, c.quantized)->get_output(0);
+        return net.add_dequantize(q, s, c.result)->get_output(0);
+      };
+      auto* x = net.add_input("features", DataType::kFLOAT, {-1, c.k});
+      auto* a = qdq(c.result == DataType::kFLOAT ? x : net.add_cast(x, c.result)->get_output(0), xs);
+      auto* b = qdq(constant({c.k, c.n}, w.data()), ws);
+      auto* y = net.add_matrix_multiply(a, MatrixOperation::kNONE, b, MatrixOperation::kNONE)->get_output(0);
+      auto* bias_t = net.add_cast(constant({1, c.n}, bias.data()), c.result)->get_output(0);
+      y = net.add_elementwise(y, bias_t, ElementWiseOperation::kSUM)->get_output(0);
+      y = net.add_activation(y, ActivationType::kGELU_TANH)->get_output(0);
+      if (c.result != DataType::kFLOAT) y = net.add_cast(y, DataType::kFLOAT)->get_output(0);
+      y->set_name("result");
+      net.mark_output(y);
+    };
+    std::vector<float> outs[2];
+    for (int dev = 0; dev < 2; ++dev) {
+      EngineBuild d;
+      d.inputs["features"] = InputShape::ranged({1, c.k}, {16, c.k}, {96, c.k});
+      d.settings.device = dev ? "cuda:0" : "cpu";
+      d.settings.optimization_level = c.level;
+      Engine e = Engine::deserialize(build_serialized_engine(graph, d));
+      bool folded = false;
+      for (const auto& l : e.layers())
+        if (l.type == "matrix_multiply") {
+          folded = l.precision == type_name(c.quantized);
+          if (dev) {
+            EXPECT_NE(l.tactic.find("." + std::string(type_name(c.quantized))), std::string::npos) << l.tactic;
+          }
+        }
+      EXPECT_TRUE(folded);
+      auto exec = e.create_execution();
+      for (int rows : {96, 33}) {
+        auto x = uniform(static_cast<std::size_t>(rows * c.k), -1.f, 1.f, 53u + static_cast<unsigned>(rows));
+        auto r = exec.run({{"features", {DataType::kFLOAT, {rows, c.k}, x.data()}}});
+        const auto* p = reinterpret_cast<const float*>(r.at("result").data.get());
+        outs[dev].insert(outs[dev].end(), p, p + rows * c.n);
+      }
+    }
+    ASSERT_EQ(outs[0].size(), outs[1].size());
+    // float16/bfloat16 results: the CPU rounds the dequantized operands and the product to them,
+    // the GPU only the product; fp8 tensor cores accumulate in float32 in another order.
+    const double tol = c.result == DataType::kBF16 ? 2e-2 : c.result == DataType::kHALF ? 4e-3 : 2e-4;
+    double worst = 0;
+    for (std::size_t i = 0; i < outs[0].size(); ++i) worst = std::max(worst, std::fabs(double(outs[1][i]) - outs[0][i]));
+    EXPECT_LT(worst, tol);
+  }
+}

@@ -3,7 +3,9 @@
 
 Workloads (PERFORMANCE.md's peers):
   linear   16x32 @ 32x16 + bias, float32: the launch-bound case
-  mlp      4 x (Linear 4096->4096 + GELU), batch 512, in float32 (no TF32), float16, bfloat16
+  mlp      4 x (Linear 4096->4096 + GELU), batch 512, in float32 (no TF32), float16, bfloat16,
+           and float8: fp8 e4m3 Q/DQ (per-tensor scales) around each float16 product, which the
+           builder folds into fp8 GEMMs; timed against torch in float16 and against our float16
   gemm     8192^3 bfloat16 through an engine, against torch.matmul (cuBLAS) in the same run
 
 For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
@@ -65,14 +67,24 @@ def torch_graph(fn, stream):
     return g.replay
 
 
-def engine_of(layers, x_shape, dtype):
-    """An engine of y = act(x @ W^T + b) per layer, weights from `layers` (torch Linear, act)."""
+def engine_of(layers, x_shape, dtype, fp8_scales=None):
+    """An engine of y = act(x @ W^T + b) per layer, weights from `layers` (torch Linear, act).
+
+    With `fp8_scales` (per layer: the features' and the weight's scale), both operands of each
+    product go through fp8 quantize/dequantize, which the builder folds into fp8 GEMMs."""
+
+    def qdq(net, t, scale):
+        s = net.add_constant((1,), np.array([scale], dtype=np.float32)).get_output(0)
+        q = net.add_quantize(t, s, trt.fp8).get_output(0)
+        return net.add_dequantize(q, s, TRT_DTYPE[dtype]).get_output(0)
 
     def graph(net):
         t = net.add_input("x", TRT_DTYPE[dtype], tuple(x_shape))
-        for lin, act in layers:
+        for i, (lin, act) in enumerate(layers):
             w = lin.weight.detach().to(dtype).cpu().contiguous()
             wc = net.add_constant(tuple(w.shape), _np(w)).get_output(0)
+            if fp8_scales:
+                t, wc = qdq(net, t, fp8_scales[i][0]), qdq(net, wc, fp8_scales[i][1])
             t = net.add_matrix_multiply(t, trt.MatrixOperation.NONE, wc, trt.MatrixOperation.TRANSPOSE).get_output(0)
             if lin.bias is not None:
                 b = lin.bias.detach().to(dtype).cpu().reshape(1, -1).contiguous()
@@ -96,11 +108,12 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def measure(name, dtype, layers, x, torch_fn, args, results):
+def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None):
     stream = torch.cuda.Stream()
-    data = engine_of(layers, tuple(x.shape), dtype)
+    data = engine_of(layers, tuple(x.shape), dtype, fp8_scales)
+    label = "float8" if fp8_scales else str(dtype).replace("torch.", "")
     if args.save:
-        with open(f"{args.save}/{name}_{str(dtype).replace('torch.', '')}.engine", "wb") as f:
+        with open(f"{args.save}/{name}_{label}.engine", "wb") as f:
             f.write(data)
     engine = tensoracle.deserialize_engine(data)
     ex = engine.create_execution()
@@ -124,9 +137,13 @@ def measure(name, dtype, layers, x, torch_fn, args, results):
     times = {k: statistics.median(cuda_time(fn, args.iterations, args.rounds, stream)) for k, fn in rows.items()}
     best_torch = min(v for k, v in times.items() if k != "tensoracle")
     layer_info = engine.layers()
-    r = {"workload": name, "dtype": str(dtype).replace("torch.", ""), "times_us": {k: v * 1e6 for k, v in times.items()},
+    r = {"workload": name, "dtype": label, "times_us": {k: v * 1e6 for k, v in times.items()},
          "ratio_vs_best_torch": times["tensoracle"] / best_torch, "max_abs_error_vs_torch": err,
          "tactics": sorted({layer.tactic for layer in layer_info})}
+    fp16 = [o for o in results if o["workload"] == name and o["dtype"] == "float16"]
+    if fp8_scales and fp16:
+        r["ratio_vs_tensoracle_float16"] = r["times_us"]["tensoracle"] / fp16[0]["times_us"]["tensoracle"]
+        print(f"{name} float8: tensoracle fp8 / tensoracle fp16 = {r['ratio_vs_tensoracle_float16']:.3f}")
     results.append(r)
     cells = "  ".join(f"{k} {v * 1e6:9.1f} us" for k, v in times.items())
     print(f"{name:8s} {r['dtype']:9s} {cells}  ratio {r['ratio_vs_best_torch']:.3f}  max|err| {err:.3g}", flush=True)
@@ -135,7 +152,8 @@ def measure(name, dtype, layers, x, torch_fn, args, results):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=["linear", "mlp", "gemm"], action="append")
-    p.add_argument("--dtypes", default="float32,float16,bfloat16")
+    p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
+                   help="mlp types; float8: fp8 Q/DQ around each float16 product, timed against torch in float16")
     p.add_argument("--iterations", type=int, default=50)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--compile", action="store_true", help="also time torch.compile (minutes to compile)")
@@ -156,13 +174,20 @@ def main() -> int:
         measure("linear", torch.float32, [(lin, None)], x, lambda: lin(x), args, results)
     if "mlp" in only:
         for name in args.dtypes.split(","):
-            dtype = DTYPES[name]
+            fp8 = name == "float8"
+            dtype = torch.float16 if fp8 else DTYPES[name]
             lins = [torch.nn.Linear(4096, 4096).cuda().to(dtype) for _ in range(4)]
             model = torch.nn.Sequential(*[m for lin in lins for m in (lin, torch.nn.GELU())])
             x = torch.randn(512, 4096, device="cuda", dtype=dtype)
+            scales = None
             with torch.no_grad():
+                if fp8:  # per-tensor scales from the maxima of this input's features and of each weight
+                    scales, t = [], x
+                    for lin in lins:
+                        scales.append((t.abs().max().item() / 448, lin.weight.abs().max().item() / 448))
+                        t = torch.nn.functional.gelu(lin(t))
                 measure("mlp", dtype, [(lin, trt.ActivationType.GELU_ERF) for lin in lins], x, lambda: model(x), args,
-                        results)
+                        results, scales)
     if "gemm" in only:
         n = 8192
         lin = torch.nn.Linear(n, n, bias=False).cuda().to(torch.bfloat16)

@@ -18,6 +18,7 @@
 #include "backends/cuda/conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
+#include "graph/graph.h"
 #include "graph/ops.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
@@ -63,8 +64,12 @@ int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 // The ops of a matrix multiply's epilogue cuBLASLt applies itself: a SUM with a constant bias
 // row ([1, ..., 1, N] in the output's type), optionally followed by RELU or GELU_TANH. Returns
 // how many of the node's epilogue ops that covers (0, 1 or 2) and the GEMM epilogue.
+// An int8 product applies none (its sums are scaled by a kernel of ours); an fp8 product only
+// into a float16 or bfloat16 result (cuBLASLt's bias types for fp8).
 std::pair<std::size_t, cuda::GemmEpilogue> lt_epilogue(const graph::Graph& g, const graph::Node& n) {
   if (n.type() != LayerType::kMATRIX_MULTIPLY || n.epilogue.empty()) return {0, cuda::GemmEpilogue::kNONE};
+  if (n.quantized() && (graph::arithmetic_type(g, n) == DataType::kINT8 || n.main_desc.type == DataType::kFLOAT))
+    return {0, cuda::GemmEpilogue::kNONE};
   const auto& first = n.epilogue[0];
   const auto* e = std::get_if<ElementWiseParams>(&first.params);
   if (!e || e->op != ElementWiseOperation::kSUM || first.operand < 0) return {0, cuda::GemmEpilogue::kNONE};
@@ -99,7 +104,7 @@ class CudaNodeKernel final : public NodeKernel {
   // Scratch of the node's own op at these shapes (`main` describes its result).
   std::size_t main_workspace(std::span<const Buffer> in, const graph::TensorDesc& main) const {
     const cuda::TensorRef o{nullptr, main.type, main.dims};
-    if (gemm_) return cuda::kGemmWorkspaceBytes;
+    if (gemm_) return gemm_->workspace_bytes(ref(in[0]), ref(in[1]), o);
     if (conv_) return conv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
     if (deconv_) return deconv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
     if (einsum_) {
@@ -175,7 +180,12 @@ class CudaBackend final : public Backend {
                                     "); rebuild it here");
   }
 
-  std::string unsupported_reason(const graph::Graph&, const graph::Node&) const override { return ""; }
+  std::string unsupported_reason(const graph::Graph& g, const graph::Node& n) const override {
+    if (n.quantized() && graph::arithmetic_type(g, n) == DataType::kFP8 && prop_.major * 10 + prop_.minor < 89)
+      return "an fp8 matrix multiply needs a GPU of compute capability 8.9 or newer; device " + std::to_string(index_) +
+             " (" + prop_.name + ") has " + std::to_string(prop_.major) + "." + std::to_string(prop_.minor);
+    return "";
+  }
 
   bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {
     if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
@@ -188,7 +198,9 @@ class CudaBackend final : public Backend {
   std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const override {
     if (n.type() == LayerType::kMATRIX_MULTIPLY) {
       auto [fused, e] = lt_epilogue(g, n);
-      return {fused ? "cuda.gemm.cublaslt.epilogue" + std::to_string(fused) : "cuda.gemm.cublaslt"};
+      std::string base = "cuda.gemm.cublaslt";
+      if (n.quantized()) base += graph::arithmetic_type(g, n) == DataType::kINT8 ? ".int8" : ".fp8";
+      return {fused ? base + ".epilogue" + std::to_string(fused) : base};
     }
     return {"cuda." + std::string(layer_type_name(n.type()))};
   }
@@ -206,14 +218,14 @@ class CudaBackend final : public Backend {
     const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
     if (!mm || level < 2) return base;
     // The matrix multiply's own result at these shapes (n.main_desc may hold -1s).
-    std::vector<graph::TensorDesc> main_in(in.begin(), in.begin() + 2);
-    std::vector<graph::InputFacts> facts(2);
-    const graph::TensorDesc main = graph::infer(n.params, main_in, facts)[0];
+    std::vector<graph::InputFacts> facts(in.size());
+    const graph::TensorDesc main = graph::infer_main(n, in, facts);
     if (!main.dims.all_known()) return base;
     auto [fused, epilogue] = lt_epilogue(g, n);
     (void)out;
     DeviceGuard guard(index_);
-    cuda::Gemm gemm(lt_, n.name, *mm, epilogue);
+    const DataType quantized = n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT;
+    cuda::Gemm gemm(lt_, n.name, *mm, epilogue, quantized);
     // Scratch operands filled with values of magnitude 0.5 to 1 and random signs and mantissas:
     // tensor cores run measurably faster on zeros (less switching), which would mislead the
     // timing. The values never reach an engine.
@@ -231,6 +243,8 @@ class CudaBackend final : public Backend {
           case DataType::kFLOAT: word = (r & 0x807FFFFFu) | 0x3F000000u; break;
           case DataType::kHALF: word = (r & 0x83FF83FFu) | 0x38003800u; break;
           case DataType::kBF16: word = (r & 0x807F807Fu) | 0x3F003F00u; break;
+          case DataType::kINT8: word = r; break;
+          case DataType::kFP8: word = r & 0xBFBFBFBFu; break;  // exponents below 8: finite, below 1
           default: word = 0;
         }
       }
@@ -242,9 +256,12 @@ class CudaBackend final : public Backend {
       cuda::TensorRef a{scratch(bytes_of(in[0]), in[0].type), in[0].type, in[0].dims};
       cuda::TensorRef b{scratch(bytes_of(in[1]), in[1].type), in[1].type, in[1].dims};
       cuda::TensorRef o{scratch(bytes_of(main)), main.type, main.dims};
-      void* bias = fused ? scratch(bytes_of(in[2]), in[2].type) : nullptr;
-      void* ws = scratch(cuda::kGemmWorkspaceBytes);
-      auto algos = gemm.candidates(a, b, bias, o, 8);
+      const std::size_t nin = n.inputs.size();
+      void* bias = fused ? scratch(bytes_of(in[nin]), in[nin].type) : nullptr;
+      cuda::GemmScales scales;
+      if (n.quantized()) scales = {scratch(4, DataType::kFLOAT), scratch(4, DataType::kFLOAT)};
+      void* ws = scratch(gemm.workspace_bytes(a, b, o));
+      auto algos = gemm.candidates(a, b, bias, o, 8, scales);
       cudaStream_t stream = static_cast<cudaStream_t>(create_stream());
       cudaEvent_t start, stop;
       cudaEventCreate(&start);
@@ -252,10 +269,10 @@ class CudaBackend final : public Backend {
       float best_ms = 0;
       for (const auto& algo : algos) {
         try {
-          for (int i = 0; i < 2; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream);
+          for (int i = 0; i < 2; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream, scales);
           cudaEventRecord(start, stream);
           const int reps = 5;
-          for (int i = 0; i < reps; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream);
+          for (int i = 0; i < reps; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream, scales);
           cudaEventRecord(stop, stream);
           check(cudaEventSynchronize(stop), "timing a GEMM algorithm");
           float ms = 0;
@@ -377,7 +394,8 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
   if (const auto* p = std::get_if<MatrixMultiplyParams>(&n.params)) {
     auto [fused, epilogue] = lt_epilogue(g, n);
     lt_fused_ = fused;
-    gemm_ = std::make_unique<cuda::Gemm>(backend.lt(), n.name, *p, epilogue);
+    gemm_ = std::make_unique<cuda::Gemm>(backend.lt(), n.name, *p, epilogue,
+                                         n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT);
     if (auto at = n.tactic.find("/algo:"); at != std::string::npos) {
       cublasLtMatmulAlgo_t algo{};
       if (!cuda::algo_from_hex(n.tactic.substr(at + 6), algo))
@@ -439,7 +457,9 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
         using P = std::decay_t<decltype(p)>;
         if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
           const void* bias = lt_fused_ > 0 ? in[node_.inputs.size()].data : nullptr;
-          gemm_->run(ref(in[0]), ref(in[1]), bias, ref(out), ws, s);
+          cuda::GemmScales scales;
+          if (node_.quantized()) scales = {in[2].data, in[3].data};
+          gemm_->run(ref(in[0]), ref(in[1]), bias, ref(out), ws, s, scales);
         } else if constexpr (std::is_same_v<P, ElementWiseParams>) {
           cuda::elementwise(p.op, ref(in[0]), ref(in[1]), ref(out), s);
         } else if constexpr (std::is_same_v<P, ActivationParams>) {

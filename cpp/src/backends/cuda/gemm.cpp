@@ -37,6 +37,11 @@ cudaDataType_t lt_type(DataType t, const std::string& name) {
   }
 }
 
+// An int8 product's int32 sums are exact while K * 128 * 128 < 2^31.
+constexpr std::int64_t kInt8ExactK = (std::int64_t{1} << 31) / (128 * 128) - 1;
+
+std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
 // The largest power of two (up to 256) that divides `x` (256 for 0).
 std::uint32_t alignment_of(std::uint64_t x) {
   std::uint32_t a = 256;
@@ -71,6 +76,7 @@ struct Gemm::Plan {
   std::string description;  // for messages
   bool empty = false;    // no output elements
   bool zero_k = false;   // K = 0: the output is zeros
+  bool fallback = false;  // a quantized product cuBLASLt cannot run: dequantize, then a float GEMM
   std::size_t out_bytes = 0;
   // One entry per cuBLASLt call: element offsets into a, b and out (one call unless the
   // operands broadcast along different batch dims).
@@ -84,12 +90,40 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm(cublasLtHandle_t handle, std::string name, MatrixMultiplyParams p, GemmEpilogue epilogue)
-    : handle_(handle), name_(std::move(name)), params_(p), epilogue_(epilogue) {}
+Gemm::Gemm(cublasLtHandle_t handle, std::string name, MatrixMultiplyParams p, GemmEpilogue epilogue, DataType quantized)
+    : handle_(handle), name_(std::move(name)), params_(p), epilogue_(epilogue), quantized_(quantized) {
+  if (quantized_ == DataType::kFLOAT) return;
+  if (quantized_ != DataType::kINT8 && quantized_ != DataType::kFP8)
+    throw UnsupportedError("[cuda] node '" + name_ + "': a quantized matrix multiply in " + std::string(type_name(quantized_)));
+  if (p.op0 != MO::kNONE || p.op1 != MO::kTRANSPOSE)
+    throw UnsupportedError("[cuda] node '" + name_ + "': a quantized matrix multiply needs its first operand as is and the "
+                           "second transposed");
+  float_gemm_ = std::make_unique<Gemm>(handle, name_, p, epilogue);
+}
 
 Gemm::~Gemm() = default;
 
-const Gemm::Plan& Gemm::plan_for(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out) const {
+bool Gemm::may_fall_back(const TensorRef& a, const TensorRef& b) const {
+  if (quantized_ == DataType::kFLOAT) return false;
+  if (a.dims.rank() < 2 || b.dims.rank() < 2) return true;
+  const i64 n = b.dims[b.dims.rank() - 2], k = b.dims[b.dims.rank() - 1];
+  return n % 16 != 0 || k % 16 != 0 || (quantized_ == DataType::kINT8 && k > kInt8ExactK);
+}
+
+std::size_t Gemm::workspace_bytes(const TensorRef& a, const TensorRef& b, const TensorRef& out) const {
+  if (quantized_ == DataType::kFLOAT) return kGemmWorkspaceBytes;
+  const auto volume = [](const Dims& d) { return static_cast<std::size_t>(std::max<i64>(d.volume(), 0)); };
+  std::size_t extra = 0;
+  if (quantized_ == DataType::kINT8) extra = round_up(volume(out.dims) * 4);
+  if (may_fall_back(a, b)) {
+    const std::size_t es = element_size(out.type);
+    extra = std::max(extra, round_up(volume(a.dims) * es) + round_up(volume(b.dims) * es));
+  }
+  return kGemmWorkspaceBytes + extra;
+}
+
+const Gemm::Plan& Gemm::plan_for(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out,
+                                 GemmScales scales) const {
   const auto addr = [](const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
   std::vector<i64> key;
   for (const Dims* d : {&a.dims, &b.dims}) {
@@ -100,10 +134,12 @@ const Gemm::Plan& Gemm::plan_for(const TensorRef& a, const TensorRef& b, const v
   key.push_back(alignment_of(addr(b.data)));
   key.push_back(alignment_of(addr(out.data)));
   key.push_back(static_cast<i64>(addr(bias)));
+  key.push_back(static_cast<i64>(addr(scales.a)));
+  key.push_back(static_cast<i64>(addr(scales.b)));
   std::lock_guard lock(mutex_);
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
-  auto plan = describe(a, b, bias, out);
-  if (!plan->empty && !plan->zero_k) {
+  auto plan = describe(a, b, bias, out, scales);
+  if (!plan->empty && !plan->zero_k && !plan->fallback) {
     bool chosen = false;
     // Timed on 256-byte aligned buffers: an algorithm may rely on that, and AlgoCheck does not
     // see pointers, so other alignments take the heuristic's choice for them.
@@ -114,13 +150,30 @@ const Gemm::Plan& Gemm::plan_for(const TensorRef& a, const TensorRef& b, const v
                check.workspaceSize <= kGemmWorkspaceBytes;
       if (chosen) plan->algo = preferred_;
     }
-    if (!chosen) plan->algo = heuristic(*plan, 1).front();
+    if (!chosen) {
+      if (quantized_ == DataType::kFLOAT) {
+        plan->algo = heuristic(*plan, 1).front();
+      } else {
+        try {
+          plan->algo = heuristic(*plan, 1).front();
+        } catch (const Error&) {
+          plan->fallback = true;  // no int8/fp8 algorithm for this shape or alignment
+        }
+      }
+    }
   }
   return *plans_.emplace(std::move(key), std::move(plan)).first->second;
 }
 
-std::unique_ptr<Gemm::Plan> Gemm::describe(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out) const {
-  const std::size_t es = element_size(out.type);
+std::unique_ptr<Gemm::Plan> Gemm::describe(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out,
+                                           GemmScales scales) const {
+  const bool int8 = quantized_ == DataType::kINT8;
+  if (quantized_ != DataType::kFLOAT && (a.type != quantized_ || b.type != quantized_))
+    throw InvalidArgument("[cuda] node '" + name_ + "': a " + std::string(type_name(quantized_)) +
+                          " matrix multiply got operands of types " + std::string(type_name(a.type)) + " and " +
+                          std::string(type_name(b.type)));
+  // Element sizes: of the operands, and of what cuBLASLt writes (an int8 product: int32 sums).
+  const std::size_t es_in = element_size(a.type), es = int8 ? 4 : element_size(out.type);
   const auto addr = [](const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
   auto plan = std::make_unique<Plan>();
   const Dims& da = a.dims;
@@ -149,13 +202,17 @@ std::unique_ptr<Gemm::Plan> Gemm::describe(const TensorRef& a, const TensorRef& 
     a_full = a_full && da[i] == ob[static_cast<std::size_t>(i)];
     b_full = b_full && db[i] == ob[static_cast<std::size_t>(i)];
   }
-  plan->out_bytes = static_cast<std::size_t>(batches * M * N) * es;
+  plan->out_bytes = static_cast<std::size_t>(batches * M * N) * element_size(out.type);
   if (batches * M * N == 0) {
     plan->empty = true;
     return plan;
   }
   if (K == 0) {
     plan->zero_k = true;
+    return plan;
+  }
+  if (int8 && K > kInt8ExactK) {
+    plan->fallback = true;
     return plan;
   }
 
@@ -189,8 +246,17 @@ std::unique_ptr<Gemm::Plan> Gemm::describe(const TensorRef& a, const TensorRef& 
   }
 
   const cudaDataType_t t = lt_type(out.type, name_);
+  const cudaDataType_t t_in = int8 ? CUDA_R_8I : quantized_ == DataType::kFP8 ? CUDA_R_8F_E4M3 : t;
+  const cudaDataType_t t_out = int8 ? CUDA_R_32I : t;
   const std::string where = "node '" + name_ + "'";
-  check_lt(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), where + ": matmul descriptor");
+  check_lt(int8 ? cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32I, CUDA_R_32I)
+                : cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           where + ": matmul descriptor");
+  if (quantized_ == DataType::kFP8) {
+    // cuBLASLt's A is our second operand.
+    set_attr(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scales.b, "A_SCALE_POINTER");
+    set_attr(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scales.a, "B_SCALE_POINTER");
+  }
   // cuBLASLt's A is our second operand.
   const cublasOperation_t ta = op1 == MO::kNONE ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t tb = op0 == MO::kTRANSPOSE ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -209,11 +275,11 @@ std::unique_ptr<Gemm::Plan> Gemm::describe(const TensorRef& a, const TensorRef& 
   // Stored shapes (column-major rows x cols, leading dimension = rows).
   const i64 la_rows = op1 == MO::kNONE ? N : K, la_cols = op1 == MO::kNONE ? K : N;
   const i64 lb_rows = op0 == MO::kTRANSPOSE ? rows_a_total : K, lb_cols = op0 == MO::kTRANSPOSE ? K : rows_a_total;
-  check_lt(cublasLtMatrixLayoutCreate(&plan->la, t, static_cast<std::uint64_t>(la_rows), static_cast<std::uint64_t>(la_cols), la_rows),
+  check_lt(cublasLtMatrixLayoutCreate(&plan->la, t_in, static_cast<std::uint64_t>(la_rows), static_cast<std::uint64_t>(la_cols), la_rows),
            where + ": layout of input 1");
-  check_lt(cublasLtMatrixLayoutCreate(&plan->lb, t, static_cast<std::uint64_t>(lb_rows), static_cast<std::uint64_t>(lb_cols), lb_rows),
+  check_lt(cublasLtMatrixLayoutCreate(&plan->lb, t_in, static_cast<std::uint64_t>(lb_rows), static_cast<std::uint64_t>(lb_cols), lb_rows),
            where + ": layout of input 0");
-  check_lt(cublasLtMatrixLayoutCreate(&plan->lc, t, static_cast<std::uint64_t>(N), static_cast<std::uint64_t>(rows_a_total), N),
+  check_lt(cublasLtMatrixLayoutCreate(&plan->lc, t_out, static_cast<std::uint64_t>(N), static_cast<std::uint64_t>(rows_a_total), N),
            where + ": layout of the output");
   if (batch_count > 1) {
     set_attr(plan->la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, batch_count, "BATCH_COUNT");
@@ -225,17 +291,19 @@ std::unique_ptr<Gemm::Plan> Gemm::describe(const TensorRef& a, const TensorRef& 
   }
 
   // What every call's pointers guarantee: the base's alignment and each call's offset's.
-  std::uint32_t al_a = alignment_of(addr(b.data)), al_b = alignment_of(addr(a.data)), al_c = alignment_of(addr(out.data));
+  // An int8 product writes its sums to the (256-byte aligned) scratch.
+  std::uint32_t al_a = alignment_of(addr(b.data)), al_b = alignment_of(addr(a.data)),
+                al_c = int8 ? 256 : alignment_of(addr(out.data));
   for (const auto& [oa, ob_, oc] : plan->calls) {
-    al_a = std::min(al_a, alignment_of(static_cast<std::uint64_t>(ob_) * es));
-    al_b = std::min(al_b, alignment_of(static_cast<std::uint64_t>(oa) * es));
+    al_a = std::min(al_a, alignment_of(static_cast<std::uint64_t>(ob_) * es_in));
+    al_b = std::min(al_b, alignment_of(static_cast<std::uint64_t>(oa) * es_in));
     al_c = std::min(al_c, alignment_of(static_cast<std::uint64_t>(oc) * es));
   }
   plan->alignment[0] = al_a;
   plan->alignment[1] = al_b;
   plan->alignment[2] = al_c;
   plan->min_alignment = std::min({al_a, al_b, al_c});
-  plan->description = std::string(type_name(out.type)) + ", M=" + std::to_string(M) + " N=" + std::to_string(N) +
+  plan->description = std::string(type_name(quantized_ == DataType::kFLOAT ? out.type : quantized_)) + ", M=" + std::to_string(M) + " N=" + std::to_string(N) +
                       " K=" + std::to_string(K);
   return plan;
 }
@@ -264,23 +332,46 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, int count) c
 }
 
 std::vector<cublasLtMatmulAlgo_t> Gemm::candidates(const TensorRef& a, const TensorRef& b, const void* bias,
-                                                   const TensorRef& out, int count) const {
-  auto plan = describe(a, b, bias, out);
-  if (plan->empty || plan->zero_k) return {};
-  return heuristic(*plan, count);
+                                                   const TensorRef& out, int count, GemmScales scales) const {
+  auto plan = describe(a, b, bias, out, scales);
+  if (plan->empty || plan->zero_k || plan->fallback) return {};
+  try {
+    return heuristic(*plan, count);
+  } catch (const Error&) {
+    if (quantized_ == DataType::kFLOAT) throw;
+    return {};  // a quantized shape cuBLASLt cannot run: nothing to time
+  }
 }
 
 void Gemm::run_with(const cublasLtMatmulAlgo_t& algo, const TensorRef& a, const TensorRef& b, const void* bias,
-                    const TensorRef& out, void* workspace, cudaStream_t stream) const {
-  auto plan = describe(a, b, bias, out);
-  if (plan->empty || plan->zero_k) return;
-  launch(*plan, algo, a, b, out, workspace, stream);
+                    const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const {
+  auto plan = describe(a, b, bias, out, scales);
+  if (plan->empty || plan->zero_k || plan->fallback) return;
+  launch(*plan, algo, a, b, out, workspace, stream, scales);
+}
+
+void Gemm::run_dequantized(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out, void* workspace,
+                           cudaStream_t stream, GemmScales scales) const {
+  if (!may_fall_back(a, b))
+    throw Error("[cuda] node '" + name_ + "': cuBLASLt has no " + std::string(type_name(quantized_)) +
+                " algorithm for operands " + a.dims.str() + " and " + b.dims.str() +
+                " (are the tensors' addresses 16-byte aligned?)");
+  auto* base = static_cast<std::byte*>(workspace) + kGemmWorkspaceBytes;
+  const TensorRef da{base, out.type, a.dims};
+  const TensorRef db{base + round_up(static_cast<std::size_t>(a.dims.volume()) * element_size(out.type)), out.type, b.dims};
+  cuda::dequantize(a, TensorRef{const_cast<void*>(scales.a), DataType::kFLOAT, Dims{1}}, 0, da, stream);
+  cuda::dequantize(b, TensorRef{const_cast<void*>(scales.b), DataType::kFLOAT, Dims{1}}, 0, db, stream);
+  float_gemm_->run(da, db, bias, out, workspace, stream);
 }
 
 void Gemm::run(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out, void* workspace,
-               cudaStream_t stream) const {
-  const Plan& plan = plan_for(a, b, bias, out);
+               cudaStream_t stream, GemmScales scales) const {
+  const Plan& plan = plan_for(a, b, bias, out, scales);
   if (plan.empty) return;
+  if (plan.fallback) {
+    run_dequantized(a, b, bias, out, workspace, stream, scales);
+    return;
+  }
   if (plan.zero_k) {
     if (epilogue_ != GemmEpilogue::kNONE)
       throw UnsupportedError("[cuda] node '" + name_ + "': a fused bias on a matrix multiply with K = 0");
@@ -288,22 +379,28 @@ void Gemm::run(const TensorRef& a, const TensorRef& b, const void* bias, const T
       throw Error("[cuda] node '" + name_ + "': clearing the output failed");
     return;
   }
-  launch(plan, plan.algo, a, b, out, workspace, stream);
+  launch(plan, plan.algo, a, b, out, workspace, stream, scales);
 }
 
 void Gemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const TensorRef& a, const TensorRef& b,
-                  const TensorRef& out, void* workspace, cudaStream_t stream) const {
+                  const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const {
+  const bool int8 = quantized_ == DataType::kINT8;
   const float alpha = 1.f, beta = 0.f;
-  const std::size_t es = element_size(out.type);
+  const std::int32_t alpha_i = 1, beta_i = 0;
+  const std::size_t es_in = element_size(a.type), es = int8 ? 4 : element_size(out.type);
   const auto* pa = static_cast<const std::byte*>(a.data);
   const auto* pb = static_cast<const std::byte*>(b.data);
-  auto* pc = static_cast<std::byte*>(out.data);
+  // An int8 product's sums go to the scratch after cuBLASLt's own.
+  auto* pc = int8 ? static_cast<std::byte*>(workspace) + kGemmWorkspaceBytes : static_cast<std::byte*>(out.data);
   for (const auto& [oa, ob, oc] : plan.calls) {
     void* c = pc + oc * static_cast<i64>(es);
-    check_lt(cublasLtMatmul(handle_, plan.desc, &alpha, pb + ob * static_cast<i64>(es), plan.la, pa + oa * static_cast<i64>(es),
-                            plan.lb, &beta, c, plan.lc, c, plan.lc, &algo, workspace, kGemmWorkspaceBytes, stream),
+    check_lt(cublasLtMatmul(handle_, plan.desc, int8 ? static_cast<const void*>(&alpha_i) : &alpha,
+                            pb + ob * static_cast<i64>(es_in), plan.la, pa + oa * static_cast<i64>(es_in), plan.lb,
+                            int8 ? static_cast<const void*>(&beta_i) : &beta, c, plan.lc, c, plan.lc, &algo, workspace,
+                            kGemmWorkspaceBytes, stream),
              "node '" + name_ + "': matrix multiply (" + plan.description + ")");
   }
+  if (int8) cuda::scale_accumulator(TensorRef{pc, DataType::kINT32, out.dims}, scales.a, scales.b, out, stream);
 }
 
 std::string algo_to_hex(const cublasLtMatmulAlgo_t& algo) {

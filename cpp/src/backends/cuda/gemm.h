@@ -7,6 +7,15 @@
 //
 // An optional fused epilogue adds a bias row (one value per output column) and applies ReLU or
 // GELU (tanh form) in the GEMM's own epilogue.
+//
+// Quantized products (Q/DQ folded by the builder): int8 operands multiply on the tensor cores
+// with exact int32 sums (CUBLAS_COMPUTE_32I) into scratch, which scale_accumulator scales by
+// both operands' per-tensor scales into the float output; fp8 e4m3 operands multiply with
+// float32 accumulation and cuBLASLt applies the scales (A/B_SCALE_POINTER) and the epilogue
+// itself. Both take the tensor cores' layout: the first operand as is, the second transposed
+// ([N, K], op1 = TRANSPOSE). When cuBLASLt has no quantized algorithm for a shape (K or N not
+// a multiple of 16, K beyond the int32-exact bound, unaligned pointers), the operands are
+// dequantized into scratch and multiplied in the float type — the unfolded graph's arithmetic.
 #pragma once
 
 #include <cublasLt.h>
@@ -30,10 +39,19 @@ enum class GemmEpilogue { kNONE, kBIAS, kBIAS_RELU, kBIAS_GELU_TANH };
 // cuBLASLt's scratch for one GEMM; the node's workspace holds at least this much.
 inline constexpr std::size_t kGemmWorkspaceBytes = 32u << 20;
 
+// A quantized product's per-tensor scales: one float32 each, device addresses that stay fixed
+// (engine constants).
+struct GemmScales {
+  const void* a = nullptr;
+  const void* b = nullptr;
+};
+
 class Gemm {
  public:
-  // `name` names the node in error messages.
-  Gemm(cublasLtHandle_t handle, std::string name, MatrixMultiplyParams p, GemmEpilogue epilogue);
+  // `name` names the node in error messages; `quantized` is kINT8 or kFP8 for a folded Q/DQ
+  // product, kFLOAT otherwise.
+  Gemm(cublasLtHandle_t handle, std::string name, MatrixMultiplyParams p, GemmEpilogue epilogue,
+       DataType quantized = DataType::kFLOAT);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -41,7 +59,11 @@ class Gemm {
   // out = op0(a) x op1(b) [+ bias] [activation]; `bias` (the output's type, N elements, an
   // engine constant: the same address on every call) only with a bias epilogue. `workspace` holds kGemmWorkspaceBytes.
   void run(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out, void* workspace,
-           cudaStream_t stream) const;
+           cudaStream_t stream, GemmScales scales = {}) const;
+
+  // The scratch run() needs at these shapes: kGemmWorkspaceBytes, plus an int8 product's int32
+  // sums, plus room for dequantized operands where a quantized product may fall back.
+  std::size_t workspace_bytes(const TensorRef& a, const TensorRef& b, const TensorRef& out) const;
 
   // The algorithm the engine's tactic stores (timed at build time): used for every shape
   // cuBLASLt accepts it for (cublasLtMatmulAlgoCheck) when the pointers are 256-byte aligned (as
@@ -51,24 +73,32 @@ class Gemm {
   // Build-time tuning: up to `count` of the heuristic's candidates for these operands, and a run
   // with one of them.
   std::vector<cublasLtMatmulAlgo_t> candidates(const TensorRef& a, const TensorRef& b, const void* bias,
-                                               const TensorRef& out, int count) const;
+                                               const TensorRef& out, int count, GemmScales scales = {}) const;
   void run_with(const cublasLtMatmulAlgo_t& algo, const TensorRef& a, const TensorRef& b, const void* bias,
-                const TensorRef& out, void* workspace, cudaStream_t stream) const;
+                const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales = {}) const;
 
   struct Plan;
 
  private:
-  const Plan& plan_for(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out) const;
+  const Plan& plan_for(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out,
+                       GemmScales scales) const;
   // Descriptors of a plan (no algorithm yet); `alignment` receives the pointers' guarantees.
-  std::unique_ptr<Plan> describe(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out) const;
+  std::unique_ptr<Plan> describe(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out,
+                                 GemmScales scales) const;
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, int count) const;
   void launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const TensorRef& a, const TensorRef& b,
-              const TensorRef& out, void* workspace, cudaStream_t stream) const;
+              const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const;
+  // Whether a quantized product at these shapes might need the dequantizing fallback.
+  bool may_fall_back(const TensorRef& a, const TensorRef& b) const;
+  void run_dequantized(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out, void* workspace,
+                       cudaStream_t stream, GemmScales scales) const;
 
   cublasLtHandle_t handle_;
   std::string name_;
   MatrixMultiplyParams params_;
   GemmEpilogue epilogue_;
+  DataType quantized_;
+  std::unique_ptr<Gemm> float_gemm_;  // a quantized product's fallback
   cublasLtMatmulAlgo_t preferred_{};
   bool has_preferred_ = false;
   mutable std::mutex mutex_;

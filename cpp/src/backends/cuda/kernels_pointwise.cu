@@ -168,11 +168,40 @@ struct Lifted {
   __device__ typename Out::T operator()(typename In::T v) const { return Out::store(f(In::load(v))); }
 };
 
+// V elements of T as one aligned load or store (16 bytes for the 2- and 4-byte types).
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// map_kernel over packs of V elements: o[i] = f(x[i]) for n = V * packs elements.
+template <int V, class TI, class TO, class F>
+__global__ void map_pack_kernel(const Pack<TI, V>* x, Pack<TO, V>* o, i64 packs, F f) {
+  for (i64 i = first_index(); i < packs; i += grid_step()) {
+    const Pack<TI, V> a = x[i];
+    Pack<TO, V> b;
+#pragma unroll
+    for (int k = 0; k < V; ++k) b.v[k] = f(a.v[k]);
+    o[i] = b;
+  }
+}
+
+// o[i] = f(x[i]); 16-byte loads where both buffers allow (aligned, a whole number of packs).
+template <class TI, class TO, class F>
+void map(const TI* x, TO* o, i64 n, F f, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(TI) < 2 ? 2 : 16 / sizeof(TI) > 8 ? 8 : static_cast<int>(16 / sizeof(TI));
+  const auto aligned = [](const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; };
+  if (n % V == 0 && aligned(x, sizeof(Pack<TI, V>)) && aligned(o, sizeof(Pack<TO, V>))) {
+    map_pack_kernel<V><<<blocks_for(n / V), kThreads, 0, stream>>>(reinterpret_cast<const Pack<TI, V>*>(x),
+                                                                   reinterpret_cast<Pack<TO, V>*>(o), n / V, f);
+  } else {
+    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, o, n, f);
+  }
+}
+
 template <class In, class Out, class F>
 void launch_map(const void* x, void* out, i64 n, F f, cudaStream_t stream, const char* kernel) {
-  map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const typename In::T*>(x),
-                                                      static_cast<typename Out::T*>(out), n,
-                                                      Lifted<In, Out, F>{f});
+  map(static_cast<const typename In::T*>(x), static_cast<typename Out::T*>(out), n, Lifted<In, Out, F>{f}, stream);
   check_launch(kernel);
 }
 
@@ -659,28 +688,40 @@ __device__ inline float load_scale(const void* s, i64 i, DataType t) {
   }
 }
 
-// o[i] = Out::store(In::load(x[i]) / scale) (quantize) or * scale (dequantize), the scale of
-// element i's channel. The division is the correctly rounded one, as on the CPU.
+// Per channel: o[i] = Out::store(In::load(x[i]) / scale) (quantize) or * scale (dequantize),
+// the scale of element i's channel. The division is the correctly rounded one, as on the CPU.
 template <class In, class Out, bool kQuantize>
 __global__ void scaled_kernel(const typename In::T* x, typename Out::T* o, i64 n, const void* scale,
                               DataType scale_type, Channels c) {
   auto apply = [](float v, float sc) { return kQuantize ? __fdiv_rn(v, sc) : v * sc; };
-  if (c.channels == 1) {
-    const float sc = load_scale(scale, 0, scale_type);
-    for (i64 i = first_index(); i < n; i += grid_step()) o[i] = Out::store(apply(In::load(x[i]), sc));
-  } else {
-    for (i64 i = first_index(); i < n; i += grid_step()) {
-      i64 row, col, q, ch;
-      divmod(i, c.inner, row, col);
-      divmod(row, c.channels, q, ch);
-      o[i] = Out::store(apply(In::load(x[i]), load_scale(scale, ch, scale_type)));
-    }
+  for (i64 i = first_index(); i < n; i += grid_step()) {
+    i64 row, col, q, ch;
+    divmod(i, c.inner, row, col);
+    divmod(row, c.channels, q, ch);
+    o[i] = Out::store(apply(In::load(x[i]), load_scale(scale, ch, scale_type)));
   }
 }
+
+// One scale for every element (read from the device, so no host synchronization).
+template <class In, class Out, bool kQuantize>
+struct PerTensorScaled {
+  const void* scale;
+  DataType scale_type;
+  __device__ typename Out::T operator()(typename In::T v) const {
+    const float sc = load_scale(scale, 0, scale_type);
+    return Out::store(kQuantize ? __fdiv_rn(In::load(v), sc) : In::load(v) * sc);
+  }
+};
 
 template <class In, class Out, bool kQuantize>
 void launch_scaled(const TensorRef& x, const TensorRef& scale, const TensorRef& out, i64 n, const Channels& c,
                    cudaStream_t stream, const char* kernel) {
+  if (c.channels == 1) {
+    map(static_cast<const typename In::T*>(x.data), static_cast<typename Out::T*>(out.data), n,
+        PerTensorScaled<In, Out, kQuantize>{scale.data, scale.type}, stream);
+    check_launch(kernel);
+    return;
+  }
   scaled_kernel<In, Out, kQuantize><<<blocks_for(n), kThreads, 0, stream>>>(
       static_cast<const typename In::T*>(x.data), static_cast<typename Out::T*>(out.data), n, scale.data,
       scale.type, c);
@@ -691,6 +732,14 @@ void launch_scaled(const TensorRef& x, const TensorRef& scale, const TensorRef& 
 void check_scale_type(const TensorRef& scale, DataType value_type, const char* kernel) {
   if (scale.type != DataType::kFLOAT && scale.type != value_type)
     fail(std::string(kernel) + ": the scale has type " + tn(scale.type) + "; it must be float32 or " + tn(value_type));
+}
+
+// o[i] = Out::store(float(acc[i]) * (scale_a * scale_b)): an int8 GEMM's int32 sums, scaled.
+template <class Out>
+__global__ void scale_accumulator_kernel(const std::int32_t* acc, typename Out::T* o, i64 n, const float* scale_a,
+                                         const float* scale_b) {
+  const float sc = *scale_a * *scale_b;
+  for (i64 i = first_index(); i < n; i += grid_step()) o[i] = Out::store(static_cast<float>(acc[i]) * sc);
 }
 
 // ---- select -----------------------------------------------------------------------------
@@ -781,8 +830,7 @@ void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
                      "cast");
       } else {
         // In place (types of one size) is safe: each thread reads its element before writing it.
-        map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const typename S::T*>(x.data),
-                                                            static_cast<typename D::T*>(out.data), n, Convert<S, D>{});
+        map(static_cast<const typename S::T*>(x.data), static_cast<typename D::T*>(out.data), n, Convert<S, D>{}, stream);
         check_launch("cast");
       }
     });
@@ -849,6 +897,22 @@ void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const Tens
     else launch_scaled<FP8, Out, false>(x, scale, out, n, c, stream, "dequantize");
   });
   if (!ok) fail("dequantize (output) takes float32, float16 or bfloat16, not " + tn(out.type));
+}
+
+void scale_accumulator(const TensorRef& acc, const void* scale_a, const void* scale_b, const TensorRef& out,
+                       cudaStream_t stream) {
+  const i64 n = checked_volume(acc, "scale_accumulator", "the sums");
+  if (checked_volume(out, "scale_accumulator", "the output") != n || acc.type != DataType::kINT32)
+    fail("scale_accumulator: sums " + desc(acc) + " and output " + desc(out) + " must be int32 and of equal volume");
+  const bool ok = dev::with_float(out.type, [&](auto tag) {
+    using Out = decltype(tag);
+    if (n == 0) return;
+    scale_accumulator_kernel<Out><<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const std::int32_t*>(acc.data), static_cast<typename Out::T*>(out.data), n,
+        static_cast<const float*>(scale_a), static_cast<const float*>(scale_b));
+    check_launch("scale_accumulator");
+  });
+  if (!ok) fail("scale_accumulator: the output must be float32, float16 or bfloat16, not " + tn(out.type));
 }
 
 void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,
