@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <random>
 #include <thread>
 
 #include "plan/plan.h"
+#include "qdq_models.h"
 #include "st_helpers.h"
 #include "tensoracle/builder.h"
 #include "tensoracle/engine.h"
@@ -165,6 +167,29 @@ TEST(Engine, QdqPairsAroundAMatrixMultiplyFoldIntoAQuantizedProduct) {
       // Quantization changed the operands: the product is not the float one.
       EXPECT_NE(a[0], x[0]);
     }
+  }
+}
+
+// Two quantized layers: the second's quantize of the first's GELU output fuses into the first
+// product's epilogue (per-tensor scale), and the result equals the unfused graph's exactly.
+TEST(Engine, AQuantizeFusesIntoTheProducersEpilogue) {
+  for (DataType q : {DataType::kINT8, DataType::kFP8}) {
+    SCOPED_TRACE(type_name(q));
+    auto build = [&](bool keep_apart) { return tensoracle::testing::two_quantized_layers(q, DataType::kFLOAT, keep_apart); };
+    Engine fused = Engine::deserialize(build_serialized_engine(build(false), linear_declaration()));
+    Engine apart = Engine::deserialize(build_serialized_engine(build(true), linear_declaration()));
+    auto layers = fused.layers();
+    ASSERT_EQ(layers.size(), 3u);  // q_x, then both products
+    EXPECT_EQ(layers[1].fused.back(), "q_h");
+    EXPECT_EQ(layers[1].fused[layers[1].fused.size() - 2], "gelu");
+    EXPECT_EQ(layers[2].precision, type_name(q));
+    EXPECT_EQ(apart.layers().size(), 4u);
+    auto x = uniform(16 * 32, -1.f, 1.f, 63);
+    HostTensorView in{DataType::kFLOAT, {16, 32}, x.data()};
+    auto a = fused.create_execution().run({{"features", in}}).at("result");
+    auto b = apart.create_execution().run({{"features", in}}).at("result");
+    ASSERT_EQ(a.nbytes, b.nbytes);
+    EXPECT_EQ(std::memcmp(a.data.get(), b.data.get(), a.nbytes), 0);
   }
 }
 

@@ -121,7 +121,14 @@ namespace {
 
 bool is_pointwise(const LayerParams& p) {
   return std::holds_alternative<ActivationParams>(p) || std::holds_alternative<CastParams>(p) ||
-         std::holds_alternative<ElementWiseParams>(p);
+         std::holds_alternative<ElementWiseParams>(p) || std::holds_alternative<QuantizeParams>(p);
+}
+
+// A quantize fuses only with a per-tensor scale (one constant value): the epilogue applies it
+// to every element alike.
+bool per_tensor_scale(const Graph& g, int v) {
+  const auto& s = g.values[static_cast<std::size_t>(v)];
+  return s.constant.has_value() && s.desc.dims.volume() == 1;
 }
 
 // The other operand of a binary pointwise op must broadcast into `mine`, so that the result
@@ -159,7 +166,10 @@ PassLog fuse_pointwise(Graph& g, const FusionPolicy& can_fuse) {
       op.layer = cons.name;
       op.params = cons.params;
       op.desc = g.values[static_cast<std::size_t>(cons.output)].desc;
-      if (cons.inputs.size() == 2) {
+      if (std::holds_alternative<QuantizeParams>(cons.params)) {
+        if (cons.inputs[0] != v || !per_tensor_scale(g, cons.inputs[1])) continue;
+        op.operand = cons.inputs[1];
+      } else if (cons.inputs.size() == 2) {
         if (cons.inputs[0] == v && cons.inputs[1] == v) continue;  // x OP x: keep separate
         op.operand_first = cons.inputs[1] == v;
         op.operand = op.operand_first ? cons.inputs[0] : cons.inputs[1];

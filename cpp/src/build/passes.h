@@ -35,7 +35,8 @@ PassLog constant_fold(graph::Graph& g, const ConstantEvaluator& evaluate, std::u
 PassLog fold_qdq(graph::Graph& g);
 
 // Fuses chains of pointwise layers (activation, cast, elementwise whose other operand
-// broadcasts into the result) into the node producing their input, when that input has no
+// broadcasts into the result, quantize with a per-tensor constant scale) into the node
+// producing their input, when that input has no
 // other reader, is not a network output, and `can_fuse` agrees.
 using FusionPolicy = std::function<bool(const graph::Graph&, const graph::Node&, const graph::EpilogueOp&)>;
 PassLog fuse_pointwise(graph::Graph& g, const FusionPolicy& can_fuse);

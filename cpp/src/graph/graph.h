@@ -28,8 +28,8 @@ struct Value {
 
 struct EpilogueOp {
   std::string layer;        // the fused layer's name
-  LayerParams params;       // ActivationParams, ElementWiseParams or CastParams
-  int operand = -1;         // elementwise: the other input's value id
+  LayerParams params;       // ActivationParams, ElementWiseParams, CastParams or QuantizeParams
+  int operand = -1;         // elementwise: the other input's value id; quantize: the scale's
   bool operand_first = false;  // elementwise: the other input was input 0 (e.g. c - x)
   TensorDesc desc;          // the intermediate value this op produced
 };

@@ -91,6 +91,8 @@ class CpuNodeKernel final : public NodeKernel {
         const Buffer& other = in[k++];
         if (op.operand_first) cpu::elementwise(e->op, ref(other), ref(cur), ref(next));
         else cpu::elementwise(e->op, ref(cur), ref(other), ref(next));
+      } else if (std::holds_alternative<QuantizeParams>(op.params)) {
+        cpu::quantize(ref(cur), ref(in[k++]), 0, ref(next));  // a per-tensor scale (fuse_pointwise)
       } else {
         throw BuildError("[cpu] node '" + node_.name + "': layer '" + op.layer + "' cannot run as an epilogue");
       }
@@ -308,7 +310,7 @@ class CpuBackend final : public Backend {
     if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
     if (const auto* s = std::get_if<SliceParams>(&producer.params); s && (s->tensor_inputs & 0x7)) return false;
     return std::holds_alternative<ActivationParams>(op.params) || std::holds_alternative<CastParams>(op.params) ||
-           std::holds_alternative<ElementWiseParams>(op.params);
+           std::holds_alternative<ElementWiseParams>(op.params) || std::holds_alternative<QuantizeParams>(op.params);
   }
 
   std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const override {

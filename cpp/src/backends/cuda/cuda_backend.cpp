@@ -192,7 +192,7 @@ class CudaBackend final : public Backend {
     if (const auto* s = std::get_if<SliceParams>(&producer.params); s && (s->tensor_inputs & 0x7)) return false;
     if (std::holds_alternative<ShapeParams>(producer.params)) return false;
     return std::holds_alternative<ActivationParams>(op.params) || std::holds_alternative<CastParams>(op.params) ||
-           std::holds_alternative<ElementWiseParams>(op.params);
+           std::holds_alternative<ElementWiseParams>(op.params) || std::holds_alternative<QuantizeParams>(op.params);
   }
 
   std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const override {
@@ -419,16 +419,25 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
   const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
   std::byte* scratch[2] = {ws + main_ws, ws + main_ws + align_up(biggest)};
   const std::size_t done = lt_fused_;
-  Buffer cur{scratch[done % 2], descs[done].type, descs[done].dims};
+  int slot = 0;  // the scratch buffer holding `cur`; each pass writes the other
+  Buffer cur{scratch[slot], descs[done].type, descs[done].dims};
   run_main(in, cur, ws, s);
   std::size_t k = node_.inputs.size();
   for (std::size_t i = 0; i < done; ++i)
     if (node_.epilogue[i].operand >= 0) ++k;
   for (std::size_t i = done; i < node_.epilogue.size(); ++i) {
     const auto& op = node_.epilogue[i];
+    // An activation followed by a quantize runs as one pass (the activation's result rounded
+    // to its type in registers, as if stored).
+    const auto* a = std::get_if<ActivationParams>(&op.params);
+    const bool pair = a && i + 1 < node_.epilogue.size() && std::holds_alternative<QuantizeParams>(node_.epilogue[i + 1].params);
+    if (pair) ++i;
     const bool last = i + 1 == node_.epilogue.size();
-    Buffer next = last ? out : Buffer{scratch[(i + 1) % 2], descs[i + 1].type, descs[i + 1].dims};
-    if (const auto* a = std::get_if<ActivationParams>(&op.params)) {
+    slot = 1 - slot;
+    Buffer next = last ? out : Buffer{scratch[slot], descs[i + 1].type, descs[i + 1].dims};
+    if (pair) {
+      cuda::activation_quantize(*a, ref(cur), ref(in[k++]), ref(next), s);
+    } else if (a) {
       cuda::activation(*a, ref(cur), ref(next), s);
     } else if (std::holds_alternative<CastParams>(op.params)) {
       cuda::cast(ref(cur), ref(next), s);
@@ -436,6 +445,8 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
       const Buffer& other = in[k++];
       if (op.operand_first) cuda::elementwise(e->op, ref(other), ref(cur), ref(next), s);
       else cuda::elementwise(e->op, ref(cur), ref(other), ref(next), s);
+    } else if (std::holds_alternative<QuantizeParams>(op.params)) {
+      cuda::quantize(ref(cur), ref(in[k++]), 0, ref(next), s);  // a per-tensor scale (fuse_pointwise)
     } else {
       throw BuildError("[cuda] node '" + node_.name + "': layer '" + op.layer + "' cannot run as an epilogue");
     }

@@ -43,6 +43,10 @@ void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStre
 // Per-tensor (scale has one element) or per-channel along `axis` (already normalized >= 0).
 void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
 void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
+// quantize(activation(x), scale) in one pass, the activation's result rounded to x's type as if
+// stored; a per-tensor scale (one element).
+void activation_quantize(const ActivationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& out,
+                         cudaStream_t stream);
 // out = float(acc) * (*scale_a * *scale_b), rounded once to out's float type: an int8 GEMM's
 // int32 sums (acc) scaled by its operands' per-tensor float32 scales (device pointers).
 void scale_accumulator(const TensorRef& acc, const void* scale_a, const void* scale_b, const TensorRef& out,

@@ -403,32 +403,35 @@ struct Activation {
   }
 };
 
-template <class FT, A type>
-void launch_activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, i64 n,
-                       cudaStream_t stream) {
-  launch_map<FT, FT>(x.data, out.data, n, Activation<type>{p.alpha, p.beta}, stream, "activation");
+// Calls f(std::integral_constant<A, type>{}) for the activation type chosen at run time.
+template <class F>
+void with_activation(A type, F&& f) {
+  using std::integral_constant;
+  switch (type) {
+    case A::kRELU: f(integral_constant<A, A::kRELU>{}); break;
+    case A::kSIGMOID: f(integral_constant<A, A::kSIGMOID>{}); break;
+    case A::kTANH: f(integral_constant<A, A::kTANH>{}); break;
+    case A::kLEAKY_RELU: f(integral_constant<A, A::kLEAKY_RELU>{}); break;
+    case A::kELU: f(integral_constant<A, A::kELU>{}); break;
+    case A::kSELU: f(integral_constant<A, A::kSELU>{}); break;
+    case A::kSOFTSIGN: f(integral_constant<A, A::kSOFTSIGN>{}); break;
+    case A::kSOFTPLUS: f(integral_constant<A, A::kSOFTPLUS>{}); break;
+    case A::kCLIP: f(integral_constant<A, A::kCLIP>{}); break;
+    case A::kHARD_SIGMOID: f(integral_constant<A, A::kHARD_SIGMOID>{}); break;
+    case A::kSCALED_TANH: f(integral_constant<A, A::kSCALED_TANH>{}); break;
+    case A::kTHRESHOLDED_RELU: f(integral_constant<A, A::kTHRESHOLDED_RELU>{}); break;
+    case A::kGELU_ERF: f(integral_constant<A, A::kGELU_ERF>{}); break;
+    case A::kGELU_TANH: f(integral_constant<A, A::kGELU_TANH>{}); break;
+    default: fail("activation: unknown activation type " + std::to_string(static_cast<int>(type)));
+  }
 }
 
 template <class FT>
 void activation_typed(const ActivationParams& p, const TensorRef& x, const TensorRef& out, i64 n,
                       cudaStream_t stream) {
-  switch (p.type) {
-    case A::kRELU: launch_activation<FT, A::kRELU>(p, x, out, n, stream); break;
-    case A::kSIGMOID: launch_activation<FT, A::kSIGMOID>(p, x, out, n, stream); break;
-    case A::kTANH: launch_activation<FT, A::kTANH>(p, x, out, n, stream); break;
-    case A::kLEAKY_RELU: launch_activation<FT, A::kLEAKY_RELU>(p, x, out, n, stream); break;
-    case A::kELU: launch_activation<FT, A::kELU>(p, x, out, n, stream); break;
-    case A::kSELU: launch_activation<FT, A::kSELU>(p, x, out, n, stream); break;
-    case A::kSOFTSIGN: launch_activation<FT, A::kSOFTSIGN>(p, x, out, n, stream); break;
-    case A::kSOFTPLUS: launch_activation<FT, A::kSOFTPLUS>(p, x, out, n, stream); break;
-    case A::kCLIP: launch_activation<FT, A::kCLIP>(p, x, out, n, stream); break;
-    case A::kHARD_SIGMOID: launch_activation<FT, A::kHARD_SIGMOID>(p, x, out, n, stream); break;
-    case A::kSCALED_TANH: launch_activation<FT, A::kSCALED_TANH>(p, x, out, n, stream); break;
-    case A::kTHRESHOLDED_RELU: launch_activation<FT, A::kTHRESHOLDED_RELU>(p, x, out, n, stream); break;
-    case A::kGELU_ERF: launch_activation<FT, A::kGELU_ERF>(p, x, out, n, stream); break;
-    case A::kGELU_TANH: launch_activation<FT, A::kGELU_TANH>(p, x, out, n, stream); break;
-    default: fail("activation: unknown activation type " + std::to_string(static_cast<int>(p.type)));
-  }
+  with_activation(p.type, [&](auto type) {
+    launch_map<FT, FT>(x.data, out.data, n, Activation<decltype(type)::value>{p.alpha, p.beta}, stream, "activation");
+  });
 }
 
 // ---- unary ------------------------------------------------------------------------------
@@ -878,6 +881,46 @@ void quantize(const TensorRef& x, const TensorRef& scale, int axis, const Tensor
     else launch_scaled<In, FP8, true>(x, scale, out, n, c, stream, "quantize");
   });
   if (!ok) fail("quantize takes float32, float16 or bfloat16, not " + tn(x.type));
+}
+
+// quantize(activation(x)) with the activation's result rounded to x's type in between, as the
+// two layers give when the intermediate is stored.
+template <class FT, class Out, A type>
+struct ActivationQuantized {
+  Activation<type> act;
+  const void* scale;
+  DataType scale_type;
+  __device__ typename Out::T operator()(typename FT::T v) const {
+    const float y = FT::load(FT::store(act(FT::load(v))));
+    return Out::store(__fdiv_rn(y, load_scale(scale, 0, scale_type)));
+  }
+};
+
+void activation_quantize(const ActivationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& out,
+                         cudaStream_t stream) {
+  const i64 n = checked_volume(x, "activation_quantize", "the input");
+  if (checked_volume(scale, "activation_quantize", "the scale") != 1)
+    fail("activation_quantize: the scale " + desc(scale) + " must have one element");
+  if (checked_volume(out, "activation_quantize", "the output") != n)
+    fail("activation_quantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
+  if (out.type != DataType::kINT8 && out.type != DataType::kFP8)
+    fail("activation_quantize: the output type " + tn(out.type) + " is not int8 or fp8");
+  const bool ok = dev::with_float(x.type, [&](auto tag) {
+    using FT = decltype(tag);
+    check_scale_type(scale, x.type, "activation_quantize");
+    if (n == 0) return;
+    with_activation(p.type, [&](auto type) {
+      constexpr A kType = decltype(type)::value;
+      const Activation<kType> act{p.alpha, p.beta};
+      const auto* in = static_cast<const typename FT::T*>(x.data);
+      if (out.type == DataType::kINT8)
+        map(in, static_cast<QI8::T*>(out.data), n, ActivationQuantized<FT, QI8, kType>{act, scale.data, scale.type}, stream);
+      else
+        map(in, static_cast<FP8::T*>(out.data), n, ActivationQuantized<FT, FP8, kType>{act, scale.data, scale.type}, stream);
+      check_launch("activation_quantize");
+    });
+  });
+  if (!ok) fail("activation_quantize takes float32, float16 or bfloat16, not " + tn(x.type));
 }
 
 void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream) {
