@@ -1,6 +1,7 @@
 // The backend registry: the CPU backend lives in the core library; the CUDA backend is
-// libtensoracle_cuda.so, opened with dlopen the first time a CUDA device is asked for, so the
-// core, the CLI and the Python package work on machines without CUDA.
+// libtensoracle_cuda.so, opened with dlopen the first time a CUDA device is asked for (or
+// "auto" finds a CUDA driver), so the core, the CLI and the Python package work on machines
+// without CUDA.
 //
 // Where the library is looked for, in order: $TENSORACLE_CUDA_BACKEND (a file path); beside
 // the module that holds this code (the Python extension's folder, the CLI's folder); that
@@ -104,8 +105,30 @@ const Backend& cuda_backend(int index) {
   return *backend;
 }
 
+namespace {
+
+// "auto": CUDA device 0 where the CUDA driver is installed and the backend library loads and
+// finds a device; the CPU otherwise. Decided once per process; without a driver, the backend
+// library (and cuBLASLt behind it) is not even loaded.
+const Backend& auto_backend() {
+  static const Backend* chosen = [] {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) return &cpu_backend();
+    dlclose(driver);
+    try {
+      return &cuda_backend(0);
+    } catch (const BuildError&) {
+      return &cpu_backend();
+    }
+  }();
+  return *chosen;
+}
+
+}  // namespace
+
 const Backend& backend_for(const std::string& device) {
-  if (device == "cpu" || device == "auto" || device.empty()) return cpu_backend();
+  if (device == "cpu") return cpu_backend();
+  if (device == "auto" || device.empty()) return auto_backend();
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
     auto idx = device.size() > 5 ? device.substr(5) : std::string("0");
     if (idx.empty() || idx.size() > 4 || idx.find_first_not_of("0123456789") != std::string::npos)

@@ -99,7 +99,8 @@ class Backend {
 
 const Backend& cpu_backend();
 
-// The backend for a device string ("cpu", "cuda", "cuda:N", "auto" = the CPU); throws
+// The backend for a device string ("cpu", "cuda", "cuda:N", or "auto": CUDA device 0 where a
+// driver, the backend library and a device are there, else the CPU); throws
 // BuildError when the device is unavailable (no CUDA backend library, driver or device) and
 // InvalidArgument when the string is malformed.
 const Backend& backend_for(const std::string& device);
