@@ -47,6 +47,40 @@ def test_run_with_numpy_matches_float64():
         np.testing.assert_allclose(y, ref(x), atol=1e-5, rtol=0)
 
 
+def test_auto_device_is_the_gpu_here():
+    engine, ref = linear_engine("auto")
+    assert engine.device == "cuda:0"
+    x = np.random.default_rng(3).standard_normal((16, 32)).astype(np.float32)
+    np.testing.assert_allclose(engine.create_execution().run({"x": x})["y"], ref(x), atol=1e-5, rtol=0)
+
+
+def test_quantized_products_show_their_precision_and_tactic():
+    rng = np.random.default_rng(8)
+    w = rng.uniform(-0.25, 0.25, (64, 48)).astype(np.float32)
+    for qtype, name, top in ((trt.int8, "int8", 127), (trt.fp8, "fp8", 448)):
+        def graph(net):
+            def qdq(t, scale):
+                s = net.add_constant((1,), np.array([scale], np.float32)).get_output(0)
+                return net.add_dequantize(net.add_quantize(t, s, qtype).get_output(0), s, trt.float32).get_output(0)
+            x = qdq(net.add_input("x", trt.float32, (16, 64)), 1 / top)
+            y = net.add_matrix_multiply(x, trt.MatrixOperation.NONE, qdq(net.add_constant(w.shape, w).get_output(0), 0.25 / top),
+                                        trt.MatrixOperation.NONE).get_output(0)
+            y.name = "y"
+            net.mark_output(y)
+
+        results = []
+        for device in ("cpu", "cuda:0"):
+            decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((16, 64))}, tensoracle.BuilderSettings(device=device))
+            engine = tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
+            product = engine.layers()[-1]
+            assert (product.type, product.precision) == ("matrix_multiply", name)
+            if device != "cpu":
+                assert product.tactic.startswith(f"cuda.gemm.cublaslt.{name}")
+            x = np.random.default_rng(9).uniform(-1, 1, (16, 64)).astype(np.float32)
+            results.append(engine.create_execution().run({"x": x})["y"])
+        np.testing.assert_allclose(results[1], results[0], atol=2e-3 if name == "fp8" else 2e-5, rtol=0)
+
+
 def test_torch_cuda_tensors_streams_and_graph_replay():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
