@@ -9,14 +9,15 @@ seconds=${FUZZ_SECONDS:-30}
 status=0
 
 # Fuzzing: the seconds are shared by the targets that were built (the safetensors parser, the
-# .pth converter's pickle machine, whole .pth archives, the .npy/.npz readers of `compare`),
+# .pth converter's pickle machine, whole .pth archives, the .npy/.npz readers of `compare`,
+# the cubin reader),
 # each with a seed corpus written by a script and a fresh corpus folder.
 fuzz_dir=$build/fuzz/fuzz
 run_fuzzer() {  # name, dictionary, seconds, seed folder
   local name=$1 dict=$2 secs=$3 seeds=$4 corpus
   corpus=$(mktemp -d)
   echo "== fuzz: $name, ${secs}s"
-  if "$fuzz_dir/$name" -dict="$dict" -max_total_time="$secs" -rss_limit_mb=2048 \
+  if "$fuzz_dir/$name" ${dict:+-dict="$dict"} -max_total_time="$secs" -rss_limit_mb=2048 \
        -artifact_prefix="$build/fuzz/$name-" "$corpus" "$seeds" >"$build/fuzz/$name.log" 2>&1; then
     grep -E "^#[0-9]+.*(DONE|pulse)" "$build/fuzz/$name.log" | tail -1 || true
     echo "fuzz: $name: no crash"
@@ -32,12 +33,14 @@ targets=()  # name:dictionary:seed folder (under $seeds)
 [[ -x $fuzz_dir/fuzz_pickle ]] && targets+=("fuzz_pickle:cpp/fuzz/pickle.dict:pth/pickle")
 [[ -x $fuzz_dir/fuzz_pth ]] && targets+=("fuzz_pth:cpp/fuzz/pth.dict:pth/pth")
 [[ -x $fuzz_dir/fuzz_npy ]] && targets+=("fuzz_npy:cpp/fuzz/npy.dict:npy")
+[[ -x $fuzz_dir/fuzz_cubin ]] && targets+=("fuzz_cubin::cubin")
 if (( ${#targets[@]} > 0 )); then
   share=$(( seconds / ${#targets[@]} > 0 ? seconds / ${#targets[@]} : 1 ))
   seeds=$(mktemp -d)
   "$venv/bin/python" cpp/fuzz/make_seeds.py "$seeds/safetensors" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_pth_seeds.py "$seeds/pth" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_npy_seeds.py "$seeds/npy" >/dev/null
+  "$venv/bin/python" cpp/fuzz/make_cubin_seeds.py "$seeds/cubin" >/dev/null
   for t in "${targets[@]}"; do
     IFS=: read -r name dict folder <<<"$t"
     run_fuzzer "$name" "$dict" "$share" "$seeds/$folder"

@@ -16,7 +16,7 @@ deps=$("$venv/bin/python" - <<'PY'
 import tomllib
 p = tomllib.load(open("python/pyproject.toml", "rb"))["project"]
 extras = p["optional-dependencies"]
-print("\n".join(p["dependencies"] + extras["test"] + extras["bench"]))
+print("\n".join(p["dependencies"] + extras["test"] + extras["bench"] + extras["producer"]))
 PY
 )
 mapfile -t reqs <<<"$deps"

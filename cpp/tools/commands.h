@@ -27,4 +27,8 @@ Command add_compare(CLI::App& app);
 // clear [--name NAME]`, each with [--dir DIR]
 Command add_cache(CLI::App& app);
 
+// `tensoracle cubin produce KERNELS.cu --arch sm_86,... -o DIR [-I DIR] [-D X] [--std S]
+//  [--option OPT]` and `tensoracle cubin inspect DIR|MANIFEST|FILE [--json]`
+Command add_cubin(CLI::App& app);
+
 }  // namespace tensoracle::tools
