@@ -492,20 +492,24 @@ TEST(CacheIdentityText, PathsAndDeviceSpellingDoNotMatterContentsDo) {
   EXPECT_EQ(engine_identity(decl, m.options()).identity, id.identity);
 }
 
-TEST(CacheIdentityText, PluginLibraryContentsChangeTheIdentity) {
+TEST(CacheIdentityText, PluginLibraryContentsAreInTheIdentityPathsAreNot) {
+  // A library cannot change within one process (that is refused: test_plugins.cpp); different
+  // contents are different libraries. The test plugin library and a copy of the example's.
   Model m;
-  const fs::path lib = m.tmp.path / "libplugin.so";
-  write_bytes(lib, std::vector<std::byte>(100, std::byte{1}));
+  const fs::path copy = m.tmp.path / "libcopy.so";
+  fs::copy_file(TENSORACLE_EXAMPLE_PLUGINS, copy);
   auto o = m.options();
   auto none = engine_identity(Model::declaration(), o);
-  o.plugins = {lib};
-  auto one = engine_identity(Model::declaration(), o);
-  settle();
-  write_bytes(lib, std::vector<std::byte>(100, std::byte{2}));
-  auto changed = engine_identity(Model::declaration(), o);
-  EXPECT_NE(one.identity, none.identity);
-  EXPECT_NE(changed.identity, one.identity);
-  EXPECT_NE(one.text.find("\"plugins\":[{\"digest\":\"xxh3-128:"), std::string::npos) << one.text;
+  o.plugins = {TENSORACLE_EXAMPLE_PLUGINS};
+  auto example = engine_identity(Model::declaration(), o);
+  o.plugins = {copy};
+  auto moved = engine_identity(Model::declaration(), o);
+  o.plugins = {TENSORACLE_TEST_PLUGINS};
+  auto other = engine_identity(Model::declaration(), o);
+  EXPECT_NE(example.identity, none.identity);
+  EXPECT_EQ(moved.identity, example.identity);
+  EXPECT_NE(other.identity, example.identity);
+  EXPECT_NE(example.text.find("\"plugins\":[{\"digest\":\"xxh3-128:"), std::string::npos) << example.text;
 }
 
 TEST(CacheIdentityText, MissingPluginIsAPluginLibraryErrorBeforeAnythingIsOpened) {
@@ -522,14 +526,15 @@ TEST(CacheIdentityText, MissingPluginIsAPluginLibraryErrorBeforeAnythingIsOpened
   EXPECT_EQ(m.calls, 1);
 }
 
-TEST(CacheIdentityText, PresentPluginReachesTheBuilderWhichDoesNotLoadPluginsYet) {
+TEST(CacheIdentityText, AFileThatIsNotAPluginLibraryIsRefusedAndNothingIsSaved) {
   Model m;
   const fs::path lib = m.tmp.path / "libplugin.so";
   write_bytes(lib, std::vector<std::byte>(100, std::byte{1}));
   auto o = m.options();
   o.plugins = {lib};
-  EXPECT_THROW(m.open(o), UnsupportedError);
-  EXPECT_TRUE(cache::list(m.cache_dir).empty()) << "a failed build saves nothing";
+  EXPECT_THROW(m.open(o), PluginLibraryError);
+  EXPECT_EQ(m.calls, 0);
+  EXPECT_TRUE(cache::list(m.cache_dir).empty()) << "a failed open saves nothing";
   EXPECT_TRUE(m.temporaries().empty());
 }
 

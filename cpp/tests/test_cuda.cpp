@@ -15,6 +15,7 @@
 #include "tensoracle/builder.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/errors.h"
+#include "tensoracle/plugin_library.h"
 
 using namespace tensoracle;
 using tensoracle::testing::uniform;
@@ -295,4 +296,66 @@ TEST(Cuda, FusedActivationQuantizeMatchesSeparatePasses) {
       // A GELU that differs by an ulp may round to the neighbouring quantum of the hidden scale.
       EXPECT_LT(worst, 2e-2);
     }
+}
+
+// A plugin's CUDA enqueue: device pointers and the execution's stream. Both outputs marked, or
+// only the second (the first then goes into the node's device workspace); results equal the
+// CPU engine's bit for bit (one multiply and one add, not fused on either side).
+TEST(Cuda, PluginLayersRunTheirCudaEnqueueAndMatchTheCpu) {
+  load_plugin_libraries({TENSORACLE_TEST_CUDA_PLUGINS});
+  for (bool both : {true, false}) {
+    auto graph = [both](Network& net) {
+      Tensor* x = net.add_input("x", DataType::kFLOAT, {-1, 100});
+      auto* l = net.add_plugin("Axpb", "1", {x}, {PluginField::float32("a", {1.5f}), PluginField::float32("b", {-0.25f})},
+                               "tensoracle.tests.cuda");
+      l->get_output(1)->set_name("z");
+      net.mark_output(l->get_output(1));
+      if (both) {
+        l->get_output(0)->set_name("y");
+        net.mark_output(l->get_output(0));
+      }
+    };
+    std::vector<std::vector<float>> outs(2);
+    for (int dev = 0; dev < 2; ++dev) {
+      EngineBuild d;
+      d.inputs["x"] = InputShape::ranged({1, 100}, {4, 100}, {9, 100});
+      d.settings.device = dev == 0 ? "cpu" : "cuda:0";
+      Engine e = Engine::deserialize(build_serialized_engine(graph, d));
+      auto exec = e.create_execution();
+      for (int rows : {9, 2}) {
+        auto x = uniform(static_cast<std::size_t>(rows) * 100, -1.f, 1.f, 70u + static_cast<unsigned>(rows));
+        auto r = exec.run({{"x", {DataType::kFLOAT, {rows, 100}, x.data()}}});
+        for (const char* name : {"y", "z"}) {
+          if (!r.count(name)) continue;
+          const auto* p = reinterpret_cast<const float*>(r.at(name).data.get());
+          outs[static_cast<std::size_t>(dev)].insert(outs[static_cast<std::size_t>(dev)].end(), p, p + rows * 100);
+        }
+      }
+    }
+    ASSERT_EQ(outs[0].size(), outs[1].size());
+    ASSERT_FALSE(outs[0].empty());
+    EXPECT_EQ(outs[0], outs[1]);
+  }
+}
+
+// A plugin without a CUDA implementation cannot be built for a CUDA device.
+TEST(Cuda, APluginWithoutACudaImplementationIsABuildErrorNamingLayerAndBackend) {
+  load_plugin_libraries({TENSORACLE_TEST_PLUGINS});
+  auto graph = [](Network& net) {
+    Tensor* x = net.add_input("x", DataType::kFLOAT, {4});
+    Tensor* y = net.add_plugin("MinMax", "1", {x}, {}, "tensoracle.tests")->get_output(0);
+    y->set_name("y");
+    net.mark_output(y);
+  };
+  EngineBuild d;
+  d.inputs["x"] = InputShape::fixed({4});
+  d.settings.device = "cuda:0";
+  try {
+    build_serialized_engine(graph, d);
+    FAIL() << "built";
+  } catch (const BuildError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer 'plugin_1"), std::string::npos) << m;
+    EXPECT_NE(m.find("no CUDA implementation"), std::string::npos) << m;
+  }
 }

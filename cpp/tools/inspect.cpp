@@ -87,7 +87,7 @@ int inspect_engine(const std::string& path, bool json) {
   core::MappedFile map(path, false, "engine");
   plan::Plan p;
   try {
-    p = plan::read_engine(map.bytes(), path, nullptr);
+    p = plan::read_engine(map.bytes(), path, nullptr, true, /*with_plugins=*/false);
   } catch (const FormatError& e) {
     throw CorruptEngineError(std::string(e.what()) + "; expected an engine file");
   }
@@ -120,8 +120,11 @@ int inspect_engine(const std::string& path, bool json) {
   for (const auto& n : p.graph.nodes) {
     std::string fused;
     for (const auto& name : graph::fused_layers(n)) fused += " + " + name;
+    if (const auto* pp = std::get_if<PluginParams>(&n.params))
+      fused += "  creator " + (pp->plugin_namespace.empty() ? "" : pp->plugin_namespace + "::") + pp->name + "/" + pp->version;
     fmt::print("  {:<24} {:<16} {:<8} tactic {:<20}{}\n", n.name, layer_type_name(n.type()),
-               type_name(graph::arithmetic_type(p.graph, n)), n.tactic, fused.empty() ? "" : "  fused:" + fused.substr(2));
+               type_name(graph::arithmetic_type(p.graph, n)), n.tactic,
+               fused.empty() ? "" : fused.rfind(" + ", 0) == 0 ? "  fused:" + fused.substr(2) : fused);
   }
   const auto& mem = plan["memory"];
   fmt::print("memory:   activations {} bytes (sum of sizes {}), scratch {} bytes, weights {} bytes\n",

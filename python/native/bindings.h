@@ -3,6 +3,11 @@
 
 #include <nanobind/nanobind.h>
 
+#include <string>
+#include <vector>
+
+#include "tensoracle/network.h"
+
 namespace tensoracle::python {
 
 void bind_errors(nanobind::module_& m);
@@ -12,5 +17,12 @@ void bind_engine(nanobind::module_& m);
 void bind_cache(nanobind::module_& m);
 void bind_convert(nanobind::module_& m);
 void bind_compare(nanobind::module_& m);
+void bind_plugins(nanobind::module_& m);
+
+// Plugin fields from Python: a dict {name: value} or PluginField-like objects (.name, .data,
+// .type or None); values are NumPy arrays, numbers, str or bytes. Without a type, the
+// registered creator's schema decides (plugin_bindings.cpp).
+std::vector<PluginField> plugin_fields_from(nanobind::handle fields, const std::string& plugin_namespace,
+                                            const std::string& name, const std::string& version);
 
 }  // namespace tensoracle::python

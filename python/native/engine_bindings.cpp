@@ -1,5 +1,6 @@
 // Bindings of tensoracle/builder.h and tensoracle/engine.h.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -11,6 +12,7 @@
 #include "tensoracle/builder.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/errors.h"
+#include "tensoracle/plugin_library.h"
 
 namespace nb = nanobind;
 
@@ -140,15 +142,14 @@ void bind_engine(nb::module_& m) {
 
   m.def(
       "build_serialized_engine",
-      [](nb::callable graph, const EngineBuild& decl, const std::vector<std::string>& plugins) {
-        std::vector<std::filesystem::path> paths(plugins.begin(), plugins.end());
+      [](nb::callable graph, const EngineBuild& decl, const std::vector<std::filesystem::path>& paths) {
         // The network is lent to the graph function for the duration of the call (as
         // TensorRT's builder lends its INetworkDefinition): do not keep it afterwards.
         auto call = [&](Network& net) { graph(nb::cast(&net, nb::rv_policy::reference)); };
         auto bytes = build_serialized_engine(call, decl, paths);
         return nb::bytes(bytes.data(), bytes.size());
       },
-      nb::arg("graph"), nb::arg("declaration"), nb::arg("plugins") = std::vector<std::string>{},
+      nb::arg("graph"), nb::arg("declaration"), nb::arg("plugins") = std::vector<std::filesystem::path>{},
       "Calls graph(network) once, builds the network into an engine and returns the engine file's bytes");
 
   nb::class_<IOTensorInfo>(m, "IOTensorInfo")
@@ -222,11 +223,20 @@ void bind_engine(nb::module_& m) {
   nb::class_<Engine>(m, "Engine", "An opened engine: immutable, shareable between threads")
       .def_static(
           "deserialize",
-          [](nb::bytes data) {
+          [](nb::bytes data, const std::vector<std::filesystem::path>& plugins) {
+            load_plugin_libraries(plugins);
             return Engine::deserialize(std::span(static_cast<const std::byte*>(data.data()), data.size()));
           },
-          nb::arg("data"))
-      .def_static("load", [](const std::string& path) { return Engine::load(path); }, nb::arg("path"))
+          nb::arg("data"), nb::arg("plugins") = std::vector<std::filesystem::path>{},
+          "Opens engine bytes; plugins: libraries its plugin layers need, loaded first")
+      .def_static(
+          "load",
+          [](const std::string& path, const std::vector<std::filesystem::path>& plugins) {
+            load_plugin_libraries(plugins);
+            return Engine::load(path);
+          },
+          nb::arg("path"), nb::arg("plugins") = std::vector<std::filesystem::path>{},
+          "Opens an engine file; plugins: libraries its plugin layers need, loaded first")
       .def_prop_ro("name", &Engine::name)
       .def_prop_ro("io_tensors", &Engine::io_tensors)
       .def("io_tensor", &Engine::io_tensor, nb::arg("name"), nb::rv_policy::reference_internal)

@@ -52,6 +52,7 @@ NB_MODULE(_native, m) {
   m.doc() = "tensoracle's C++ core (internal: import tensoracle instead)";
   tensoracle::python::bind_errors(m);
   tensoracle::python::bind_safetensors(m);
+  tensoracle::python::bind_plugins(m);
   tensoracle::python::bind_network(m);
   tensoracle::python::bind_engine(m);
   tensoracle::python::bind_cache(m);

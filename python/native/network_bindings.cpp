@@ -133,7 +133,8 @@ void bind_network(nb::module_& m) {
       .value("GATHER", LayerType::kGATHER).value("SELECT", LayerType::kSELECT).value("PADDING", LayerType::kPADDING)
       .value("CONVOLUTION", LayerType::kCONVOLUTION).value("DECONVOLUTION", LayerType::kDECONVOLUTION)
       .value("POOLING", LayerType::kPOOLING).value("NORMALIZATION", LayerType::kNORMALIZATION)
-      .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM).value("TOPK", LayerType::kTOPK).value("SHAPE", LayerType::kSHAPE);
+      .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM).value("TOPK", LayerType::kTOPK).value("SHAPE", LayerType::kSHAPE)
+      .value("PLUGIN", LayerType::kPLUGIN);
 
   nb::class_<Tensor>(m, "ITensor", "A tensor of a Network (owned by it)")
       .def_prop_rw("name", &Tensor::name, &Tensor::set_name)
@@ -279,6 +280,16 @@ void bind_network(nb::module_& m) {
   auto einsum = nb::class_<EinsumLayer, Layer>(m, "IEinsumLayer");
   prop(einsum, "equation", &EinsumParams::equation);
 
+  nb::class_<PluginLayer, Layer>(m, "IPluginLayer")
+      .def_prop_ro("creator_name", &PluginLayer::creator_name)
+      .def_prop_ro("creator_version", &PluginLayer::creator_version)
+      .def_prop_ro("plugin_namespace", &PluginLayer::plugin_namespace)
+      .def_prop_ro("field_names", [](const PluginLayer& l) {
+        std::vector<std::string> names;
+        for (const auto& f : l.fields()) names.push_back(f.name);
+        return names;
+      });
+
   nb::class_<Network>(m, "INetworkDefinition", "A network definition (TensorRT's INetworkDefinition)")
       .def(nb::init<>())
       .def_prop_rw("name", &Network::name, &Network::set_name)
@@ -330,6 +341,17 @@ void bind_network(nb::module_& m) {
            nb::arg("axesMask"), kRef)
       .def("add_resize", &Network::add_resize, nb::arg("input"), kRef)
       .def("add_einsum", &Network::add_einsum, nb::arg("inputs"), nb::arg("equation"), kRef)
+      .def(
+          "add_plugin",
+          [](Network& n, const std::string& name, const std::string& version, const std::vector<Tensor*>& inputs,
+             nb::handle fields, const std::string& plugin_namespace) {
+            return n.add_plugin(name, version, inputs, plugin_fields_from(fields, plugin_namespace, name, version),
+                                plugin_namespace);
+          },
+          nb::arg("name"), nb::arg("version"), nb::arg("inputs"), nb::arg("fields") = nb::none(),
+          nb::arg("namespace") = "", kRef,
+          "A layer of plugin creator (namespace, name, version) from a loaded library (plugins=), made from "
+          "fields: a dict {name: value} or PluginField objects")
       .def("mark_output", &Network::mark_output, nb::arg("tensor"))
       .def("unmark_output", &Network::unmark_output, nb::arg("tensor"))
       .def_prop_ro("num_layers", &Network::num_layers)

@@ -169,16 +169,6 @@ def test_device_auto_and_cpu_share_the_entry(model):
         model.open(device="tpu")
 
 
-def test_plugin_library_contents_change_the_identity(model, tmp_path):
-    lib = tmp_path / "libplugin.so"
-    lib.write_bytes(b"\x7fELF one")
-    one = identity(model, plugins=(lib,)).identity
-    time.sleep(cm.SETTLE_SECONDS)
-    lib.write_bytes(b"\x7fELF two")
-    two = identity(model, plugins=(lib,)).identity
-    assert len({identity(model).identity, one, two}) == 3
-
-
 def test_missing_plugin_is_a_plugin_library_error_before_anything_opens(model, tmp_path):
     model.open()
     with pytest.raises(tensoracle.PluginLibraryError, match="libmissing.so"):
@@ -186,11 +176,13 @@ def test_missing_plugin_is_a_plugin_library_error_before_anything_opens(model, t
     assert model.calls == 1
 
 
-def test_present_plugin_reaches_the_builder_which_cannot_load_plugins_yet(model, tmp_path):
+def test_a_file_that_is_not_a_plugin_library_is_refused_and_nothing_is_saved(model, tmp_path):
+    # Real plugin libraries: test_plugins.py.
     lib = tmp_path / "libplugin.so"
     lib.write_bytes(b"\x7fELF")
-    with pytest.raises(tensoracle.UnsupportedError, match="plugin"):
+    with pytest.raises(tensoracle.PluginLibraryError, match="libplugin.so"):
         model.open(plugins=(lib,))
+    assert model.calls == 0
     assert tensoracle.cache.list(model.cache) == []
 
 

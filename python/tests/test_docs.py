@@ -22,7 +22,7 @@ PAGES = sorted(p for p in DOCS.glob("*.md") if p.name != "architecture.md")
 RUNNER = pathlib.Path(__file__).with_name("docs_runner.py")
 # The guide's reading order (index.md links them in this order).
 ORDER = ["install", "quickstart", "graphs", "engines", "execution", "precision", "compare", "optimization",
-         "convert", "cli", "errors", "performance"]
+         "plugins", "convert", "cli", "errors", "performance"]
 
 
 def test_the_guide_has_its_pages_in_order():

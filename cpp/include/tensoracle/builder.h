@@ -59,7 +59,9 @@ using GraphFunction = std::function<void(Network&)>;
 // Builds and serialises an engine. Throws InvalidArgument for an invalid declaration or network
 // (unknown or missing input, rank mismatch, min > opt or opt > max, a static dim contradicted,
 // tf32 = true, optimization_level outside 0..5), BuildError when the build cannot be done.
-// `plugins` names plugin libraries (not supported yet: a non-empty list raises UnsupportedError).
+// `plugins` names plugin libraries, loaded first (load_plugin_libraries: PluginLibraryError)
+// so that the graph function can add their layers (Network::add_plugin). A plugin layer the
+// chosen backend cannot run raises BuildError naming the layer and the backend.
 std::vector<std::byte> build_serialized_engine(const GraphFunction& graph, const EngineBuild& declaration,
                                                const std::vector<std::filesystem::path>& plugins = {});
 

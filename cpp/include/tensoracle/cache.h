@@ -59,7 +59,7 @@ struct OpenOptions {
   std::string graph_version;                     // required, non-empty UTF-8
   std::vector<std::filesystem::path> weights;    // files whose contents the engine depends on
   EngineIO io;                                   // checked against the engine on every open
-  std::vector<std::filesystem::path> plugins;    // plugin libraries (hashed; loading: later)
+  std::vector<std::filesystem::path> plugins;    // plugin libraries, loaded first (plugin_library.h)
   bool force_rebuild = false;                    // build and replace even an intact entry
   std::optional<std::string> device;             // overrides declaration.settings.device
   std::filesystem::path cache_dir;               // empty: the default folder (above)
@@ -80,8 +80,9 @@ struct EngineHandle {
 // has no entry for its identity. `graph` is called only when building.
 // Throws: InvalidArgument (empty name or graph_version, bad declaration); IoError (a weight
 // file cannot be read, the cache folder cannot be written: nothing partial is left behind);
-// PluginLibraryError (a plugin library is missing or unreadable, before any cached engine is
-// opened); CorruptEngineError (the saved entry fails its digest: the message names the file
+// PluginLibraryError (a plugin library is missing, unreadable, incompatible or changed since it
+// was loaded — raised before any cached engine is opened — or a saved engine needs a plugin
+// creator no library registered); CorruptEngineError (the saved entry fails its digest: the message names the file
 // and says to pass force_rebuild=true); EngineIOError (the engine's inputs/outputs differ from
 // options.io: each difference listed; a freshly built engine stays saved); what the graph
 // function or the builder throws. An entry of another engine format version is rebuilt.

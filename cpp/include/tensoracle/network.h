@@ -23,7 +23,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -53,7 +55,7 @@ enum class LayerType : std::int32_t {
   kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9, kUNARY = 10, kREDUCE = 11,
   kSOFTMAX = 12, kCONCATENATION = 13, kSLICE = 14, kGATHER = 15, kSELECT = 16, kPADDING = 17,
   kCONVOLUTION = 18, kDECONVOLUTION = 19, kPOOLING = 20, kNORMALIZATION = 21, kRESIZE = 22,
-  kEINSUM = 23, kTOPK = 24, kSHAPE = 25,
+  kEINSUM = 23, kTOPK = 24, kSHAPE = 25, kPLUGIN = 26,
 };
 
 enum class UnaryOperation : std::int32_t {
@@ -234,13 +236,52 @@ struct TopKParams {
   std::int32_t output = -1;
 };
 
+// A plugin creator's field: `name`, its type, and its elements' bytes (little-endian; a string's
+// UTF-8 bytes without a terminating NUL). Values as plugin.h's TENSORACLE_FIELD_* (stored in
+// engines: append-only).
+enum class PluginFieldType : std::int32_t { kINT32 = 0, kINT64 = 1, kFLOAT32 = 2, kFLOAT64 = 3, kSTRING = 4, kBYTES = 5 };
+std::string_view plugin_field_type_name(PluginFieldType t) noexcept;  // "int32", ..., "string", "bytes"
+std::size_t plugin_field_element_size(PluginFieldType t) noexcept;    // 4, 8, 4, 8, 1, 1; 0 if invalid
+
+struct PluginField {
+  std::string name;
+  PluginFieldType type = PluginFieldType::kINT32;
+  std::vector<std::byte> data;
+
+  std::int64_t count() const noexcept;  // elements
+  static PluginField int32(std::string name, const std::vector<std::int32_t>& values);
+  static PluginField int64(std::string name, const std::vector<std::int64_t>& values);
+  static PluginField float32(std::string name, const std::vector<float>& values);
+  static PluginField float64(std::string name, const std::vector<double>& values);
+  static PluginField string(std::string name, std::string_view text);
+  static PluginField bytes(std::string name, std::span<const std::byte> data);
+  bool operator==(const PluginField&) const = default;
+};
+
+// Internal: the plugin a creator made from a layer's fields (src/plugin/instance.h).
+class PluginInstance;
+
+// A plugin layer: creator (plugin_namespace, name, version) of a loaded plugin library (see
+// plugin_library.h) and the fields it was created from, which the engine stores. `output` is
+// -1 in a network (every output); the builder runs one node per output it needs, as for topk.
+// `plugin` is the creator's plugin for these fields, made when the layer is added or the
+// engine is opened; it answers shape inference and runs the layer.
+struct PluginParams {
+  std::string name;
+  std::string version;
+  std::string plugin_namespace;
+  std::vector<PluginField> fields;
+  std::int32_t output = -1;
+  std::shared_ptr<const PluginInstance> plugin;
+};
+
 using LayerParams =
     std::variant<InputParams, ConstantParams, MatrixMultiplyParams, ElementWiseParams,
                  ActivationParams, CastParams, QuantizeParams, DequantizeParams, ShuffleParams,
                  IdentityParams, UnaryParams, ReduceParams, SoftmaxParams, ConcatenationParams,
                  SliceParams, GatherParams, SelectParams, PaddingParams, ConvolutionParams,
                  DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams,
-                 TopKParams, ShapeParams>;
+                 TopKParams, ShapeParams, PluginParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -386,6 +427,16 @@ class NormalizationLayer : public ParamLayer<NormalizationParams> {};
 class ResizeLayer : public ParamLayer<ResizeParams> {};
 class EinsumLayer : public ParamLayer<EinsumParams> {};
 
+// A plugin layer's creator and fields are fixed when it is added (no setters).
+class PluginLayer : public Layer {
+ public:
+  const PluginParams& plugin() const { return std::get<PluginParams>(params()); }
+  const std::string& creator_name() const { return plugin().name; }
+  const std::string& creator_version() const { return plugin().version; }
+  const std::string& plugin_namespace() const { return plugin().plugin_namespace; }
+  const std::vector<PluginField>& fields() const { return plugin().fields; }
+};
+
 // ---- the network ------------------------------------------------------------------------
 
 class Network {
@@ -432,6 +483,14 @@ class Network {
   NormalizationLayer* add_normalization(Tensor* x, Tensor* scale, Tensor* bias, std::uint32_t axes);
   ResizeLayer* add_resize(Tensor* x);
   EinsumLayer* add_einsum(const std::vector<Tensor*>& inputs, std::string equation);
+  // A plugin layer: creator `name` / `version` in `plugin_namespace` of a plugin library loaded
+  // in this process (load_plugin_libraries, or `plugins` of build_serialized_engine and
+  // open_engine: the builder loads them before calling the graph function), made from `fields`
+  // (checked against the creator's schema). The layer has as many outputs as the plugin says;
+  // their types and dims come from the plugin. Throws InvalidArgument naming the layer when the
+  // creator is not registered, refuses the fields or the inputs, or reports invalid outputs.
+  PluginLayer* add_plugin(const std::string& name, const std::string& version, const std::vector<Tensor*>& inputs,
+                          const std::vector<PluginField>& fields, const std::string& plugin_namespace = "");
   // Sets a layer input (only kFILL slices' input 1 so far); throws InvalidArgument.
   void set_layer_input(Layer* layer, int index, Tensor* t);
 

@@ -8,6 +8,7 @@
 #include "plan/plan.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
+#include "tensoracle/plugin_library.h"
 
 namespace tensoracle {
 
@@ -88,7 +89,7 @@ std::string EngineBuild::canonical() const {
 std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, const EngineBuild& decl,
                                                const std::vector<std::filesystem::path>& plugins) {
   decl.settings.validate();
-  if (!plugins.empty()) throw UnsupportedError("[build] plugin libraries are not supported yet");
+  load_plugin_libraries(plugins);  // before the graph function, which may add plugin layers
   const runtime::Backend& backend = runtime::backend_for(decl.settings.device);
 
   Network net;

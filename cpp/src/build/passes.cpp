@@ -34,7 +34,10 @@ PassLog constant_fold(Graph& g, const ConstantEvaluator& evaluate, std::uint64_t
   std::vector<bool> folded(g.nodes.size(), false);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
-    if (n.type() == LayerType::kDEQUANTIZE) continue;
+    // Dequantize stays (quantized weights stay quantized); a plugin runs only where the engine
+    // runs (it may have no CPU implementation, and its fields, not its result, are what engines
+    // store).
+    if (n.type() == LayerType::kDEQUANTIZE || n.type() == LayerType::kPLUGIN) continue;
     auto ins = n.all_inputs();
     bool all_const = std::all_of(ins.begin(), ins.end(), [&](int v) {
       return g.values[static_cast<std::size_t>(v)].constant.has_value();

@@ -10,6 +10,7 @@
 
 #include "core/text.h"
 #include "tensoracle/errors.h"
+#include "tensoracle/plugin_library.h"
 
 #ifndef TENSORACLE_VERSION
 #error "TENSORACLE_VERSION must be defined by the build (cpp/CMakeLists.txt)"
@@ -110,14 +111,17 @@ EngineBuild effective_declaration(const EngineBuild& declaration, const OpenOpti
 
 EngineIdentity compute_identity(const Environment& env, const runtime::Backend& backend, const EngineBuild& effective,
                                 const OpenOptions& options, DigestMemo& memo) {
+  // Plugin libraries are loaded first — before any saved engine is opened, whose plugin layers
+  // need their creators — and their digests are those of the bytes that were loaded.
   json plugins = json::array();
   for (const auto& p : options.plugins) {
+    PluginLibraryInfo lib;
     try {
-      auto d = memo.digest(p, "plugin library");
-      plugins.push_back({{"digest", d.digest}, {"size", d.size}});
-    } catch (const Error& e) {
+      lib = load_plugin_library(p);
+    } catch (const PluginLibraryError& e) {
       throw PluginLibraryError(std::string(e.what()) + "; open_engine needs every plugin library it is given");
     }
+    plugins.push_back({{"digest", lib.digest}, {"size", lib.size}});
   }
   json weights = json::array();
   for (const auto& w : options.weights) {

@@ -45,8 +45,10 @@ EngineBuild effective_declaration(const EngineBuild& declaration, const OpenOpti
 // Checks name and graph_version (InvalidArgument naming the field).
 void check_options(const OpenOptions& options);
 
-// Hashes plugins, then weights (through `memo`), and returns the identity. Throws
-// PluginLibraryError for an unreadable plugin library, IoError/FormatError for a weight file.
+// Loads the plugin libraries (load_plugin_library: their digests are of the loaded bytes), then
+// hashes the weights (through `memo`), and returns the identity. Throws PluginLibraryError for a
+// plugin library that is missing, unreadable, incompatible or changed since it was loaded,
+// IoError/FormatError for a weight file.
 EngineIdentity compute_identity(const Environment& env, const runtime::Backend& backend, const EngineBuild& effective,
                                 const OpenOptions& options, DigestMemo& memo);
 

@@ -122,6 +122,9 @@ std::vector<Check> verify(const fs::path& dir) {
     } catch (const IncompatibleEngineError& x) {
       c.health = Health::kIncompatible;
       c.problem = x.what();
+    } catch (const PluginLibraryError& x) {  // needs a plugin library this process has not loaded
+      c.health = Health::kIncompatible;
+      c.problem = x.what();
     } catch (const IoError& x) {
       if (x.errno_value() == ENOENT) continue;  // removed meanwhile
       c.health = Health::kCorrupt;

@@ -83,13 +83,14 @@ Graph from_network(const Network& net) {
       g.values[static_cast<std::size_t>(id)].constant = std::get<ConstantParams>(l->params()).weights;
       continue;
     }
-    // Every node has one output: a layer with several (topk) becomes one node per output,
+    // Every node has one output: a layer with several (topk, plugins) becomes one node per output,
     // its parameters saying which (dead code removes the ones nothing reads).
     for (int out = 0; out < l->num_outputs(); ++out) {
       Node n;
       n.name = l->num_outputs() > 1 ? l->name() + "[" + std::to_string(out) + "]" : l->name();
       n.params = l->params();
       if (auto* topk = std::get_if<TopKParams>(&n.params)) topk->output = out;
+      if (auto* plugin = std::get_if<PluginParams>(&n.params)) plugin->output = out;
       for (const Tensor* t : l->stored_inputs()) n.inputs.push_back(ids.at(t));
       n.main_desc = {l->get_output(out)->type(), l->get_output(out)->dims()};
       n.output = add_value(l->get_output(out));
@@ -193,7 +194,7 @@ std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& in
       if (x.all_known()) values[out] = x.vec();
       continue;
     }
-    if (!evaluate) continue;
+    if (!evaluate || std::holds_alternative<PluginParams>(n.params)) continue;  // plugins run in the engine only
     bool known = true;
     for (int v : n.all_inputs()) known = known && values[static_cast<std::size_t>(v)].has_value();
     if (!known) continue;
@@ -231,6 +232,8 @@ void verify(const Graph& g, const std::string& after) {
   std::vector<TensorDesc> desc(g.values.size());
   for (std::size_t i = 0; i < g.values.size(); ++i) desc[i] = g.values[i].desc;
   for (const Node& n : g.nodes) {
+    // A plugin node read without its library (plan::read_engine for inspection) cannot be asked.
+    if (const auto* p = std::get_if<PluginParams>(&n.params); p && !p->plugin) continue;
     TensorDesc d = infer_node(g, n, desc);
     if (d.type != g.values[static_cast<std::size_t>(n.output)].desc.type)
       fail("node '" + n.name + "' infers type " + std::string(type_name(d.type)) + " but its value says " +

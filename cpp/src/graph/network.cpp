@@ -1,9 +1,11 @@
 #include "tensoracle/network.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_set>
 
 #include "graph/ops.h"
+#include "plugin/registry.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle {
@@ -15,13 +17,72 @@ constexpr std::string_view kLayerNames[] = {
     "input",   "constant", "matrix_multiply", "elementwise",   "activation",  "cast",   "quantize",
     "dequantize", "shuffle", "identity",      "unary",         "reduce",      "softmax", "concatenation",
     "slice",   "gather",   "select",          "padding",       "convolution", "deconvolution", "pooling",
-    "normalization", "resize", "einsum", "topk", "shape"};
+    "normalization", "resize", "einsum", "topk", "shape", "plugin"};
 static_assert(std::size(kLayerNames) == std::variant_size_v<LayerParams>);
 }  // namespace
 
 std::string_view layer_type_name(LayerType t) noexcept {
   auto i = static_cast<std::size_t>(t);
   return i < std::size(kLayerNames) ? kLayerNames[i] : "unknown";
+}
+
+// ---- PluginField ------------------------------------------------------------------------
+
+std::string_view plugin_field_type_name(PluginFieldType t) noexcept {
+  switch (t) {
+    case PluginFieldType::kINT32: return "int32";
+    case PluginFieldType::kINT64: return "int64";
+    case PluginFieldType::kFLOAT32: return "float32";
+    case PluginFieldType::kFLOAT64: return "float64";
+    case PluginFieldType::kSTRING: return "string";
+    case PluginFieldType::kBYTES: return "bytes";
+  }
+  return "unknown";
+}
+
+std::size_t plugin_field_element_size(PluginFieldType t) noexcept {
+  switch (t) {
+    case PluginFieldType::kINT32: case PluginFieldType::kFLOAT32: return 4;
+    case PluginFieldType::kINT64: case PluginFieldType::kFLOAT64: return 8;
+    case PluginFieldType::kSTRING: case PluginFieldType::kBYTES: return 1;
+  }
+  return 0;
+}
+
+std::int64_t PluginField::count() const noexcept {
+  const std::size_t es = plugin_field_element_size(type);
+  return es == 0 ? 0 : static_cast<std::int64_t>(data.size() / es);
+}
+
+namespace {
+template <typename T>
+PluginField field_of(std::string name, PluginFieldType type, const T* values, std::size_t count) {
+  PluginField f;
+  f.name = std::move(name);
+  f.type = type;
+  f.data.resize(count * sizeof(T));
+  if (count > 0) std::memcpy(f.data.data(), values, f.data.size());
+  return f;
+}
+}  // namespace
+
+PluginField PluginField::int32(std::string name, const std::vector<std::int32_t>& v) {
+  return field_of(std::move(name), PluginFieldType::kINT32, v.data(), v.size());
+}
+PluginField PluginField::int64(std::string name, const std::vector<std::int64_t>& v) {
+  return field_of(std::move(name), PluginFieldType::kINT64, v.data(), v.size());
+}
+PluginField PluginField::float32(std::string name, const std::vector<float>& v) {
+  return field_of(std::move(name), PluginFieldType::kFLOAT32, v.data(), v.size());
+}
+PluginField PluginField::float64(std::string name, const std::vector<double>& v) {
+  return field_of(std::move(name), PluginFieldType::kFLOAT64, v.data(), v.size());
+}
+PluginField PluginField::string(std::string name, std::string_view text) {
+  return field_of(std::move(name), PluginFieldType::kSTRING, text.data(), text.size());
+}
+PluginField PluginField::bytes(std::string name, std::span<const std::byte> data) {
+  return field_of(std::move(name), PluginFieldType::kBYTES, data.data(), data.size());
 }
 
 // ---- Tensor -----------------------------------------------------------------------------
@@ -310,6 +371,29 @@ TopKLayer* Network::add_topk(Tensor* x, TopKOperation op, std::int32_t k, std::u
   layer->outputs_.push_back(indices.get());
   tensors_.push_back(std::move(indices));
   infer(*layer, layer->params_);  // the same inputs and parameters: only sets output 1
+  return layer;
+}
+
+PluginLayer* Network::add_plugin(const std::string& name, const std::string& version, const std::vector<Tensor*>& inputs,
+                                 const std::vector<PluginField>& fields, const std::string& plugin_namespace) {
+  const std::string layer_name = unique_layer_name(LayerType::kPLUGIN);
+  for (std::size_t i = 0; i < inputs.size(); ++i) check_tensor(inputs[i], layer_name, static_cast<int>(i));
+  PluginParams p{name, version, plugin_namespace, fields, -1, nullptr};
+  try {
+    p.plugin = plugin::create(layer_name, p);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("[network] layer '" + layer_name + "' (plugin): " + e.what());
+  } catch (const PluginLibraryError& e) {
+    throw PluginLibraryError("[network] layer '" + layer_name + "' (plugin): " + e.what());
+  }
+  const int outputs = p.plugin->num_outputs();
+  auto* layer = add_layer<PluginLayer>(LayerType::kPLUGIN, std::move(p), inputs);
+  for (int i = 1; i < outputs; ++i) {
+    auto t = std::unique_ptr<Tensor>(new Tensor(this, layer, layer->name() + "_output_" + std::to_string(i)));
+    layer->outputs_.push_back(t.get());
+    tensors_.push_back(std::move(t));
+  }
+  if (outputs > 1) infer(*layer, layer->params_);  // the same plugin and inputs: sets the other outputs
   return layer;
 }
 

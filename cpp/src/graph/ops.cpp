@@ -169,7 +169,7 @@ int input_count(LayerType type) noexcept {
     case LayerType::kDEQUANTIZE: case LayerType::kGATHER: case LayerType::kCONVOLUTION:
     case LayerType::kDECONVOLUTION: return 2;
     case LayerType::kSELECT: case LayerType::kNORMALIZATION: return 3;
-    case LayerType::kCONCATENATION: case LayerType::kEINSUM: return -1;  // one or more
+    case LayerType::kCONCATENATION: case LayerType::kEINSUM: case LayerType::kPLUGIN: return -1;  // any number
     default: return 1;
   }
 }

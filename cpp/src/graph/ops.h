@@ -73,6 +73,7 @@ TENSORACLE_INFER_MORE(ResizeParams)
 TENSORACLE_INFER_MORE(EinsumParams)
 TENSORACLE_INFER_MORE(TopKParams)
 TENSORACLE_INFER_MORE(ShapeParams)
+TENSORACLE_INFER_MORE(PluginParams)
 #undef TENSORACLE_INFER_MORE
 
 // The pre padding a window layer (convolution, pooling; deconvolution when `transposed`) applies

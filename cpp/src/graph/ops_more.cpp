@@ -8,6 +8,7 @@
 #include <map>
 
 #include "graph/ops.h"
+#include "plugin/instance.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::graph {
@@ -564,6 +565,23 @@ std::vector<TensorDesc> infer_more(const EinsumParams& p, std::span<const Tensor
   std::vector<std::int64_t> out;
   for (char c : s.output) out.push_back(size[c]);
   return {{in[0].type, Dims(std::span<const std::int64_t>(out))}};
+}
+
+// A plugin layer: the plugin says. Every output in a network (output -1), one in the builder.
+std::vector<TensorDesc> infer_more(const PluginParams& p, std::span<const TensorDesc> in, std::span<const InputFacts>, bool) {
+  if (!p.plugin)
+    invalid("plugin creator '" + (p.plugin_namespace.empty() ? "" : p.plugin_namespace + "::") + p.name + "/" + p.version +
+            "' is not loaded; pass the plugin library that provides it in plugins=");
+  if (p.output < -1 || p.output >= p.plugin->num_outputs())
+    invalid("output " + std::to_string(p.output) + " is not -1 or one of the plugin's " +
+            std::to_string(p.plugin->num_outputs()) + " outputs");
+  std::vector<PluginTensorDesc> pin;
+  for (const auto& d : in) pin.push_back({d.type, d.dims});
+  auto pout = p.plugin->output_descs(pin);
+  std::vector<TensorDesc> out;
+  for (const auto& d : pout) out.push_back({d.type, d.dims});
+  if (p.output >= 0) return {out[static_cast<std::size_t>(p.output)]};
+  return out;
 }
 
 }  // namespace tensoracle::graph

@@ -2,9 +2,11 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "plugin/registry.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/safetensors.h"
 
@@ -76,6 +78,61 @@ Permutation perm_of(const json& j) {
   return p;
 }
 
+// Plugin fields: {"name", "type", "data": hex of the bytes}. Read back strictly: engine files
+// are untrusted bytes, and the fields reach a plugin's create function.
+constexpr std::array<PluginFieldType, 6> kFieldTypes = {PluginFieldType::kINT32,   PluginFieldType::kINT64,
+                                                        PluginFieldType::kFLOAT32, PluginFieldType::kFLOAT64,
+                                                        PluginFieldType::kSTRING,  PluginFieldType::kBYTES};
+constexpr std::size_t kMaxFieldBytes = std::size_t{1} << 26;
+
+std::string hex_of(std::span<const std::byte> bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(bytes.size() * 2);
+  for (std::byte b : bytes) {
+    s += kHex[static_cast<unsigned>(b) >> 4];
+    s += kHex[static_cast<unsigned>(b) & 0xF];
+  }
+  return s;
+}
+
+json fields_json(const std::vector<PluginField>& fields) {
+  json a = json::array();
+  for (const auto& f : fields)
+    a.push_back({{"name", f.name}, {"type", plugin_field_type_name(f.type)}, {"data", hex_of(f.data)}});
+  return a;
+}
+
+std::vector<PluginField> fields_of(const json& j) {
+  auto bad = [](const std::string& why) { return CorruptEngineError("[engine] a plugin field " + why + " in the plan"); };
+  if (!j.is_array()) throw bad("list is not an array");
+  std::vector<PluginField> out;
+  for (const auto& e : j) {
+    if (!e.is_object() || e.size() != 3 || !e.contains("name") || !e.contains("type") || !e.contains("data") ||
+        !e["name"].is_string() || !e["type"].is_string() || !e["data"].is_string())
+      throw bad("is not an object of a string name, type and data");
+    PluginField f;
+    f.name = e["name"].get<std::string>();
+    const auto type = e["type"].get<std::string>();
+    auto t = std::find_if(kFieldTypes.begin(), kFieldTypes.end(), [&](PluginFieldType x) { return plugin_field_type_name(x) == type; });
+    if (t == kFieldTypes.end()) throw bad("'" + f.name + "' has unknown type '" + type + "'");
+    f.type = *t;
+    const auto& hex = e["data"].get_ref<const std::string&>();
+    if (hex.size() % 2 != 0 || hex.size() / 2 > kMaxFieldBytes) throw bad("'" + f.name + "' has data of a bad length");
+    f.data.resize(hex.size() / 2);
+    auto digit = [&](char c) -> unsigned {
+      if (c >= '0' && c <= '9') return static_cast<unsigned>(c - '0');
+      if (c >= 'a' && c <= 'f') return static_cast<unsigned>(c - 'a' + 10);
+      throw bad("'" + f.name + "' has data that is not lower-case hex");
+    };
+    for (std::size_t i = 0; i < f.data.size(); ++i) f.data[i] = std::byte((digit(hex[2 * i]) << 4) | digit(hex[2 * i + 1]));
+    if (f.data.size() % plugin_field_element_size(f.type) != 0)
+      throw bad("'" + f.name + "' holds " + std::to_string(f.data.size()) + " bytes, not whole " + type + " elements");
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 json params_json(const LayerParams& params) {
   return std::visit(
       [](const auto& p) -> json {
@@ -127,6 +184,9 @@ json params_json(const LayerParams& params) {
           return {{"equation", p.equation}};
         else if constexpr (std::is_same_v<P, TopKParams>)
           return {{"op", enum_name(kTopK, p.op)}, {"k", p.k}, {"axes", p.axes}, {"output", p.output}};
+        else if constexpr (std::is_same_v<P, PluginParams>)
+          return {{"creator", p.name}, {"version", p.version}, {"namespace", p.plugin_namespace}, {"output", p.output},
+                  {"fields", fields_json(p.fields)}};
         else if constexpr (std::is_same_v<P, ShuffleParams>)
           return {{"first_transpose", perm_json(p.first_transpose)},
                   {"reshape_dims", p.reshape_dims ? dims_json(*p.reshape_dims) : json(nullptr)},
@@ -213,6 +273,10 @@ LayerParams params_of(const std::string& layer, const json& j) {
     return p;
   }
   if (layer == "einsum") return EinsumParams{j.at("equation").get<std::string>()};
+  if (layer == "plugin")
+    return PluginParams{j.at("creator").get<std::string>(), j.at("version").get<std::string>(),
+                        j.at("namespace").get<std::string>(), fields_of(j.at("fields")), j.at("output").get<std::int32_t>(),
+                        nullptr};
   throw CorruptEngineError("[engine] unknown layer type '" + layer + "' in the plan");
 }
 
@@ -323,6 +387,10 @@ json plan_to_json(const Plan& plan) {
 }
 
 std::vector<std::byte> write_engine(const Plan& plan, int format_version) {
+  return write_engine_with(plan, nullptr, format_version);
+}
+
+std::vector<std::byte> write_engine_with(const Plan& plan, const std::function<void(json&)>& edit, int format_version) {
   std::vector<st::TensorData> tensors;
   for (std::size_t v = 0; v < plan.graph.values.size(); ++v) {
     const auto& val = plan.graph.values[v];
@@ -332,7 +400,9 @@ std::vector<std::byte> write_engine(const Plan& plan, int format_version) {
   st::Metadata meta;
   meta["tensoracle.format"] = std::to_string(format_version);
   meta["tensoracle.target"] = plan.target.dump();
-  meta["tensoracle.plan"] = plan_to_json(plan).dump();
+  json doc = plan_to_json(plan);
+  if (edit) edit(doc);
+  meta["tensoracle.plan"] = doc.dump();
   meta[std::string(kDigestKey)] = std::string(kDigestPrefix) + std::string(kDigestHex, '0');
   auto bytes = st::serialize(tensors, meta);
   std::uint64_t n;
@@ -344,8 +414,32 @@ std::vector<std::byte> write_engine(const Plan& plan, int format_version) {
   return bytes;
 }
 
+namespace {
+
+// Makes each plugin node's plugin from its stored fields, with the creators registered now.
+void bind_plugins(graph::Graph& g, const std::string& name) {
+  for (auto& n : g.nodes) {
+    auto* p = std::get_if<PluginParams>(&n.params);
+    if (!p) continue;
+    const std::string key = plugin::creator_key(p->plugin_namespace, p->name, p->version);
+    if (!plugin::has_creator(p->plugin_namespace, p->name, p->version))
+      throw PluginLibraryError("[engine] " + name + ": layer '" + n.name + "' needs plugin creator '" + key +
+                               "', which is not registered in this process; pass the plugin library that provides it "
+                               "in plugins= (open_engine, load_engine, deserialize_engine) or load it with load_plugin_libraries first");
+    try {
+      p->plugin = plugin::create(n.name, *p);
+    } catch (const Error& e) {
+      throw PluginLibraryError("[engine] " + name + ": layer '" + n.name + "': the loaded library cannot make the plugin "
+                               "stored in the engine (" + e.what() + "); load the library the engine was built with, "
+                               "or rebuild the engine");
+    }
+  }
+}
+
+}  // namespace
+
 Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std::shared_ptr<const void> owner,
-                 bool verify_digest) {
+                 bool verify_digest, bool with_plugins) {
   auto corrupt = [&](const std::string& why) -> CorruptEngineError {
     return CorruptEngineError("[engine] " + name + ": " + why + "; rebuild the engine");
   };
@@ -438,8 +532,11 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
     plan.memory.naive_bytes = m.at("naive_bytes").get<std::uint64_t>();
     plan.workspace_bytes = m.at("workspace_bytes").get<std::uint64_t>();
     plan.build = j.at("build");
+    if (with_plugins) bind_plugins(g, name);
     graph::verify(g, "load");
   } catch (const CorruptEngineError&) {
+    throw;
+  } catch (const PluginLibraryError&) {
     throw;
   } catch (const std::exception& e) {
     throw corrupt(std::string("its plan is inconsistent: ") + e.what());

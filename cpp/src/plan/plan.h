@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -35,15 +36,21 @@ struct Plan {
 
 // `format_version` exists for tests of version checks.
 std::vector<std::byte> write_engine(const Plan& plan, int format_version = kEngineFormatVersion);
+// The same with `edit` applied to the plan document before it is written (tests of readers:
+// a consistent digest over a plan that says something wrong).
+std::vector<std::byte> write_engine_with(const Plan& plan, const std::function<void(nlohmann::json&)>& edit,
+                                         int format_version = kEngineFormatVersion);
 
 // Parses and verifies an engine held in `bytes` (which `owner` keeps alive; weights borrow
 // from it): digest, then format version. The caller checks the target with its backend.
 // `display_name` names the source in messages. `verify_digest` = false skips the digest pass
 // (only for a file whose digest was checked before and which has not changed since: the
 // engine cache proves that with a stat record, see cache/open.cpp); everything else is
-// still checked.
+// still checked. Plugin nodes get their plugins from the creators registered in the process
+// (PluginLibraryError naming the layer and the creator when one is missing); `with_plugins` =
+// false leaves them without (for inspection only: such a plan cannot run).
 Plan read_engine(std::span<const std::byte> bytes, const std::string& display_name,
-                 std::shared_ptr<const void> owner, bool verify_digest = true);
+                 std::shared_ptr<const void> owner, bool verify_digest = true, bool with_plugins = true);
 
 nlohmann::json plan_to_json(const Plan& plan);  // the tensoracle.plan document
 

@@ -20,7 +20,7 @@ namespace tensoracle::runtime {
 
 // Bumped whenever this header or the graph structures it passes change: the core refuses a
 // backend library built against another version (cuda_loader.cpp).
-inline constexpr int kBackendAbiVersion = 1;
+inline constexpr int kBackendAbiVersion = 2;  // 2: plugin nodes (PluginParams)
 
 struct Buffer {
   void* data = nullptr;  // in the backend's memory

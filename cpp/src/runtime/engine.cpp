@@ -42,6 +42,8 @@ struct Engine::State {
   // device backends, in one block uploaded when the engine opens and shared by its executions.
   std::vector<void*> constants;
   void* device_weights = nullptr;
+  // Plugin nodes: their CUDA enqueue need not be capturable, so such engines stay eager.
+  bool has_plugins = false;
 
   ~State() {
     if (device_weights) backend->deallocate(device_weights);
@@ -104,7 +106,10 @@ std::shared_ptr<const Engine::State> open_state(std::span<const std::byte> bytes
                                   "' backend, which this build of tensoracle does not have; rebuild it for this device");
   }
   st->backend->check_compatible(st->plan.target);
-  for (const auto& n : st->plan.graph.nodes) st->kernels.push_back(st->backend->instantiate(st->plan.graph, n));
+  for (const auto& n : st->plan.graph.nodes) {
+    st->kernels.push_back(st->backend->instantiate(st->plan.graph, n));
+    st->has_plugins = st->has_plugins || n.type() == LayerType::kPLUGIN;
+  }
   for (std::size_t i = 0; i < st->plan.io.size(); ++i) st->io_index.emplace(st->plan.io[i].name, i);
   for (const auto& v : st->plan.graph.values)
     if (v.constant) st->weight_bytes += v.constant->bytes().size();
@@ -271,6 +276,20 @@ struct Execution::State {
         throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' would need " +
                               std::to_string(bytes_of(shapes[v].type, shapes[v].dims)) + " bytes at these input shapes, more than the " +
                               std::to_string(p.max_bytes[v]) + " planned for the profile's max");
+    // A plugin's scratch at these shapes must fit what was planned at the profile's max.
+    if (engine.state_->has_plugins)
+      for (std::size_t n = 0; n < p.graph.nodes.size(); ++n) {
+        const auto& node = p.graph.nodes[n];
+        if (node.type() != LayerType::kPLUGIN) continue;
+        std::vector<runtime::Buffer> in;
+        for (int v : node.all_inputs()) in.push_back({nullptr, shapes[static_cast<std::size_t>(v)].type, shapes[static_cast<std::size_t>(v)].dims});
+        const auto& o = shapes[static_cast<std::size_t>(node.output)];
+        const auto need = engine.state_->kernels[n]->workspace_bytes(in, {nullptr, o.type, o.dims});
+        if (need > p.workspace_bytes)
+          throw InvalidArgument("[execution] layer '" + node.name + "': the plugin needs " + std::to_string(need) +
+                                " bytes of scratch at these input shapes, more than the " + std::to_string(p.workspace_bytes) +
+                                " planned at the profile's max (a plugin's workspace_size must not grow when shapes shrink)");
+      }
     host_bytes.assign(shapes.size(), {});
     if (backend.memory() == runtime::MemoryKind::kDevice)
       for (const auto& n : p.graph.nodes) {
@@ -358,7 +377,9 @@ void Execution::enqueue(void* stream) {
     return;
   }
   s.infer();
-  bool uploads = false;  // host-computed shape tensors are copied from pageable memory: not capturable
+  // Host-computed shape tensors are copied from pageable memory, and plugins' launches need not
+  // be capturable: such engines run eagerly.
+  bool uploads = s.engine.state_->has_plugins;
   for (const auto& b : s.host_bytes) uploads = uploads || !b.empty();
   const bool same = s.warm_epoch == s.shape_epoch && s.warm_addresses == s.addresses && s.warm_stream == stream;
   if (uploads || !same) {

@@ -14,6 +14,10 @@ This package is a thin layer over the C++ core (``tensoracle._native``):
 - :func:`compare_outputs` measures a candidate output against a reference output (max absolute
   error, relative L2 error, cosine similarity, non-finite and outside-tolerance counts): the
   quality gate for lower precisions; it returns an :class:`OutputComparison`.
+- Plugins: ``plugins=`` of :func:`build_serialized_engine`, :func:`open_engine` and
+  :func:`load_engine` load plugin libraries (:func:`load_plugin_libraries`);
+  ``network.add_plugin(name, version, inputs, fields)`` adds their layers
+  (:class:`PluginField`, :class:`PluginFieldCollection`).
 - :func:`convert_pth` converts a ``torch.save`` checkpoint to safetensors without torch and
   without running its pickle code; :func:`inspect_pth` lists what is inside.
 - The error classes below, shared by every part of tensoracle.
@@ -40,6 +44,9 @@ from tensoracle._native import (  # noqa: E402
     IOTensorInfo,
     LayerInfo,
     OutputComparison,
+    PluginCreatorInfo,
+    PluginFieldType,
+    PluginLibraryInfo,
     TensorSpec,
     build_serialized_engine,
     compare_outputs,
@@ -48,7 +55,9 @@ from tensoracle._native import (  # noqa: E402
     default_cache_dir,
     engine_identity,
     inspect_pth,
+    load_plugin_libraries,
     open_engine,
+    registered_plugin_creators,
     set_cpu_threads,
     BuildError,
     CorruptEngineError,
@@ -62,6 +71,7 @@ from tensoracle._native import (  # noqa: E402
     UnsupportedError,
 )
 from tensoracle import cache, safetensors  # noqa: E402
+from tensoracle.plugins import PluginField, PluginFieldCollection  # noqa: E402
 
 deserialize_engine = Engine.deserialize
 load_engine = Engine.load
@@ -81,6 +91,11 @@ __all__ = [
     "LayerInfo",
     "Network",
     "OutputComparison",
+    "PluginCreatorInfo",
+    "PluginField",
+    "PluginFieldCollection",
+    "PluginFieldType",
+    "PluginLibraryInfo",
     "TensorSpec",
     "build_serialized_engine",
     "compare_outputs",
@@ -90,7 +105,9 @@ __all__ = [
     "deserialize_engine",
     "engine_identity",
     "inspect_pth",
+    "load_plugin_libraries",
     "open_engine",
+    "registered_plugin_creators",
     "set_cpu_threads",
     "load_engine",
     "BuildError",

@@ -32,6 +32,7 @@ from tensoracle._native import (
     INetworkDefinition,
     INormalizationLayer,
     IPaddingLayer,
+    IPluginLayer,
     IPoolingLayer,
     IQuantizeLayer,
     IReduceLayer,
@@ -48,6 +49,7 @@ from tensoracle._native import (
     LayerType,
     MatrixOperation,
     PaddingMode,
+    PluginFieldType,
     PoolingType,
     ReduceOperation,
     ResizeCoordinateTransformation,
@@ -57,6 +59,8 @@ from tensoracle._native import (
     TopKOperation,
     UnaryOperation,
 )
+
+from tensoracle.plugins import PluginField, PluginFieldCollection  # noqa: E402
 
 float32 = DataType.FLOAT
 float16 = DataType.HALF

@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_more.h"
 #include "backends/cpu/onednn.h"
+#include "plugin/instance.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
@@ -30,6 +31,40 @@ constexpr std::size_t kAlign = 64;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+std::vector<PluginTensorDesc> plugin_descs(std::span<const Buffer> in, std::size_t count) {
+  std::vector<PluginTensorDesc> d;
+  for (std::size_t i = 0; i < count; ++i) d.push_back({in[i].type, in[i].dims});
+  return d;
+}
+
+// Runs `f`, prefixing what it throws with `prefix` (same class for the classes a plugin's calls
+// raise).
+template <typename F>
+void with_prefix(const std::string& prefix, F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(prefix + e.what());
+  } catch (const UnsupportedError& e) {
+    throw UnsupportedError(prefix + e.what());
+  } catch (const PluginLibraryError& e) {
+    throw PluginLibraryError(prefix + e.what());
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(prefix + e.what());
+  }
+}
+
+// The network-level input and output descriptions of plugin node `n` (all its outputs).
+std::pair<std::vector<PluginTensorDesc>, std::vector<PluginTensorDesc>> plugin_node_descs(const graph::Graph& g,
+                                                                                          const graph::Node& n) {
+  const auto& p = std::get<PluginParams>(n.params);
+  std::vector<PluginTensorDesc> in;
+  for (int v : n.inputs) in.push_back({g.values[static_cast<std::size_t>(v)].desc.type, g.values[static_cast<std::size_t>(v)].desc.dims});
+  return {in, p.plugin->output_descs(in)};
+}
 
 class CpuNodeKernel final : public NodeKernel {
  public:
@@ -121,6 +156,15 @@ class CpuNodeKernel final : public NodeKernel {
         std::vector<cpu::TensorRef> refs;
         for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
         return cpu::einsum_workspace_bytes(std::get<EinsumParams>(node_.params), refs, o);
+      }
+      case LayerType::kPLUGIN: {
+        const auto& p = std::get<PluginParams>(node_.params);
+        std::size_t bytes = 0;
+        with_prefix("[cpu] layer '" + node_.name + "': ", [&] {
+          bytes = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CPU, plugin_descs(in, node_.inputs.size()),
+                                   std::max(p.output, 0), kAlign).workspace;
+        });
+        return bytes;
       }
       default: return 0;
     }
@@ -231,11 +275,35 @@ class CpuNodeKernel final : public NodeKernel {
             std::vector<cpu::TensorRef> refs;
             for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
             cpu::einsum(p, refs, ref(out), ws);
+          } else if constexpr (std::is_same_v<P, PluginParams>) {
+            run_plugin(p, in, out, ws);
           } else {
             throw BuildError("[cpu] node '" + node_.name + "': no kernel for this layer type");
           }
         },
         node_.params);
+  }
+
+  // A plugin node: all the plugin's outputs are written, the ones this node does not keep into
+  // the workspace after the plugin's own scratch.
+  void run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws) const {
+    with_prefix("[cpu] layer '" + node_.name + "': ", [&] {
+      const auto descs = plugin_descs(in, node_.inputs.size());
+      const int keep = std::max(p.output, 0);
+      const PluginCall call = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CPU, descs, keep, kAlign);
+      const auto& mine = call.outputs[static_cast<std::size_t>(keep)];
+      if (mine.type != out.type || !(mine.dims == out.dims))
+        throw Error(p.plugin->label() + ": output " + std::to_string(keep) + " is " + std::string(type_name(mine.type)) + " " +
+                    mine.dims.str() + " at run time, but shape inference said " + std::string(type_name(out.type)) + " " +
+                    out.dims.str());
+      std::vector<const void*> inputs;
+      for (std::size_t i = 0; i < node_.inputs.size(); ++i) inputs.push_back(in[i].data);
+      std::vector<void*> outputs(call.outputs.size());
+      for (std::size_t k = 0; k < outputs.size(); ++k)
+        outputs[k] = static_cast<int>(k) == keep ? out.data : static_cast<void*>(ws + call.offsets[k]);
+      p.plugin->enqueue_cpu(descs, inputs.data(), call.outputs, outputs.data(), call.plugin_workspace ? ws : nullptr,
+                            call.plugin_workspace);
+    });
   }
 
   graph::Node node_;
@@ -303,9 +371,18 @@ class CpuBackend final : public Backend {
                                     "); this build of tensoracle has no oneDNN; rebuild the engine here");
   }
 
-  std::string unsupported_reason(const graph::Graph&, const graph::Node&) const override { return ""; }
+  std::string unsupported_reason(const graph::Graph& g, const graph::Node& n) const override {
+    if (const auto* p = std::get_if<PluginParams>(&n.params)) {
+      auto [in, out] = plugin_node_descs(g, n);
+      auto why = p->plugin->unsupported_reason(TENSORACLE_BACKEND_CPU, in, out);
+      return why.empty() ? why : why + " (engine backend: cpu)";
+    }
+    return "";
+  }
 
   bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {
+    // A plugin's output is written by the plugin: nothing runs after it inside its node.
+    if (std::holds_alternative<PluginParams>(producer.params)) return false;
     // A shuffle reshaped by a shape tensor knows its dims only at run time: no epilogue.
     if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
     if (const auto* s = std::get_if<SliceParams>(&producer.params); s && (s->tensor_inputs & 0x7)) return false;

@@ -20,6 +20,7 @@
 #include "backends/cuda/kernels.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
+#include "plugin/instance.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
@@ -60,6 +61,31 @@ class DeviceGuard {
 };
 
 int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+std::vector<PluginTensorDesc> plugin_descs(std::span<const Buffer> in, std::size_t count) {
+  std::vector<PluginTensorDesc> d;
+  for (std::size_t i = 0; i < count; ++i) d.push_back({in[i].type, in[i].dims});
+  return d;
+}
+
+// Runs `f`, prefixing what it throws with `prefix` (same class for the classes a plugin's calls
+// raise).
+template <typename F>
+void with_prefix(const std::string& prefix, F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(prefix + e.what());
+  } catch (const UnsupportedError& e) {
+    throw UnsupportedError(prefix + e.what());
+  } catch (const PluginLibraryError& e) {
+    throw PluginLibraryError(prefix + e.what());
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(prefix + e.what());
+  }
+}
 
 // The ops of a matrix multiply's epilogue cuBLASLt applies itself: a SUM with a constant bias
 // row ([1, ..., 1, N] in the output's type), optionally followed by RELU or GELU_TANH. Returns
@@ -112,6 +138,14 @@ class CudaNodeKernel final : public NodeKernel {
       for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
       return einsum_->workspace_bytes(refs, o);
     }
+    if (const auto* p = std::get_if<PluginParams>(&node_.params)) {
+      std::size_t bytes = 0;
+      with_prefix("[cuda] layer '" + node_.name + "': ", [&] {
+        bytes = plan_plugin_call(*p->plugin, TENSORACLE_BACKEND_CUDA, plugin_descs(in, node_.inputs.size()),
+                                 std::max(p->output, 0), kAlign).workspace;
+      });
+      return bytes;
+    }
     return 0;
   }
 
@@ -128,6 +162,7 @@ class CudaNodeKernel final : public NodeKernel {
 
  private:
   void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
+  void run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
 
   const CudaBackend& backend_;
   graph::Node node_;
@@ -181,6 +216,12 @@ class CudaBackend final : public Backend {
   }
 
   std::string unsupported_reason(const graph::Graph& g, const graph::Node& n) const override {
+    if (const auto* p = std::get_if<PluginParams>(&n.params)) {
+      std::vector<PluginTensorDesc> in;
+      for (int v : n.inputs) in.push_back({g.values[static_cast<std::size_t>(v)].desc.type, g.values[static_cast<std::size_t>(v)].desc.dims});
+      auto why = p->plugin->unsupported_reason(TENSORACLE_BACKEND_CUDA, in, p->plugin->output_descs(in));
+      return why.empty() ? why : why + " (engine backend: cuda)";
+    }
     if (n.quantized() && graph::arithmetic_type(g, n) == DataType::kFP8 && prop_.major * 10 + prop_.minor < 89)
       return "an fp8 matrix multiply needs a GPU of compute capability 8.9 or newer; device " + std::to_string(index_) +
              " (" + prop_.name + ") has " + std::to_string(prop_.major) + "." + std::to_string(prop_.minor);
@@ -191,6 +232,7 @@ class CudaBackend final : public Backend {
     if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
     if (const auto* s = std::get_if<SliceParams>(&producer.params); s && (s->tensor_inputs & 0x7)) return false;
     if (std::holds_alternative<ShapeParams>(producer.params)) return false;
+    if (std::holds_alternative<PluginParams>(producer.params)) return false;  // the plugin writes its output
     return std::holds_alternative<ActivationParams>(op.params) || std::holds_alternative<CastParams>(op.params) ||
            std::holds_alternative<ElementWiseParams>(op.params) || std::holds_alternative<QuantizeParams>(op.params);
   }
@@ -532,12 +574,37 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
           std::vector<cuda::TensorRef> refs;
           for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
           einsum_->run(refs, ref(out), ws, s);
+        } else if constexpr (std::is_same_v<P, PluginParams>) {
+          run_plugin(p, in, out, ws, s);
         } else {
           throw UnsupportedError("[cuda] node '" + node_.name + "': no CUDA kernel for layer type " +
                                  std::string(layer_type_name(node_.type())));
         }
       },
       node_.params);
+}
+
+// A plugin node: device pointers and the execution's stream; the outputs this node does not
+// keep go into the workspace after the plugin's own scratch.
+void CudaNodeKernel::run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws,
+                                cudaStream_t s) const {
+  with_prefix("[cuda] layer '" + node_.name + "': ", [&] {
+    const auto descs = plugin_descs(in, node_.inputs.size());
+    const int keep = std::max(p.output, 0);
+    const PluginCall call = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CUDA, descs, keep, kAlign);
+    const auto& mine = call.outputs[static_cast<std::size_t>(keep)];
+    if (mine.type != out.type || !(mine.dims == out.dims))
+      throw Error(p.plugin->label() + ": output " + std::to_string(keep) + " is " + std::string(type_name(mine.type)) + " " +
+                  mine.dims.str() + " at run time, but shape inference said " + std::string(type_name(out.type)) + " " +
+                  out.dims.str());
+    std::vector<const void*> inputs;
+    for (std::size_t i = 0; i < node_.inputs.size(); ++i) inputs.push_back(in[i].data);
+    std::vector<void*> outputs(call.outputs.size());
+    for (std::size_t k = 0; k < outputs.size(); ++k)
+      outputs[k] = static_cast<int>(k) == keep ? out.data : static_cast<void*>(ws + call.offsets[k]);
+    p.plugin->enqueue_cuda(descs, inputs.data(), call.outputs, outputs.data(), call.plugin_workspace ? ws : nullptr,
+                           call.plugin_workspace, s);
+  });
 }
 
 // One backend per device, made on first use and never destroyed: engines may outlive any static
