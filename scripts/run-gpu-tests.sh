@@ -18,7 +18,7 @@ status=0
 step() { echo "== $*"; }
 
 step "configure + build (CUDA backend required) -> $logs/build.log"
-targets=(--target tensoracle_cuda tensoracle_cuda_tests tensoracle_cli)
+targets=(--target tensoracle_cuda tensoracle_cuda_tests tensoracle_cli tensoracle_example_plugins example_plugins_rmsnorm)
 [[ $all == 1 ]] && targets=()
 if ! { cmake -S cpp -B "$build" -G Ninja -DTENSORACLE_CUDA=ON ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} &&
        cmake --build "$build" -j"$jobs" "${targets[@]}"; } >"$logs/build.log" 2>&1; then

@@ -86,20 +86,22 @@ std::vector<float> run(const Engine& engine, const std::vector<float>& x, std::i
 
 int main(int argc, char** argv) {
   fs::path dir, plugin;
+  std::string device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--dir") dir = argv[i + 1];
     else if (a == "--plugin") plugin = argv[i + 1];
+    else if (a == "--device") device = argv[i + 1];
   }
   if (dir.empty() || plugin.empty()) {
-    std::fprintf(stderr, "usage: %s --plugin LIBRARY --dir DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s --plugin LIBRARY --dir DIR [--device cpu|cuda:N]\n", argv[0]);
     return 2;
   }
   try {
     EngineBuild decl;
     decl.inputs["x"] = InputShape::ranged({1, kWidth}, {4, kWidth}, {8, kWidth});
     decl.settings.optimization_level = 0;
-    decl.settings.device = "cpu";
+    decl.settings.device = device;
     OpenOptions options;
     options.graph_version = "1";
     options.cache_dir = dir / "cache";

@@ -1,9 +1,12 @@
 // An example plugin library: RMSNorm, y = x * rsqrt(mean(x^2 over the last axis) + epsilon) * weight,
 // for float32 x of any rank >= 1 and a weight of the last dimension's size (1-D, or of x's rank
-// with every other dimension 1). One field: epsilon (float32, default 1e-6). CPU only.
+// with every other dimension 1). One field: epsilon (float32, default 1e-6). Runs on the CPU,
+// and on CUDA GPUs when built with TENSORACLE_EXAMPLE_CUBINS: its kernel (rmsnorm_kernels.cu)
+// then comes from cubins embedded by tensoracle_add_cubin_plugin and loaded by
+// tensoracle/cubin_loader.hpp for the device's architecture.
 //
-// Built as a shared library against tensoracle/plugin.hpp alone — the plugin does not link
-// tensoracle. Load it with plugins=("libtensoracle_example_plugins.so",) and add the layer with
+// Built as a shared library against tensoracle's headers alone — the plugin does not link
+// tensoracle (nor CUDA: the loader opens the driver when a CUDA engine first runs it). Load it with plugins=("libtensoracle_example_plugins.so",) and add the layer with
 //   network.add_plugin("RMSNorm", "1", [x, weight], {"epsilon": 1e-6}, namespace="tensoracle.examples")
 #include <cmath>
 #include <cstdint>
@@ -12,6 +15,13 @@
 #include <vector>
 
 #include "tensoracle/plugin.hpp"
+#ifdef TENSORACLE_EXAMPLE_CUBINS
+#include "tensoracle/cubin_loader.hpp"
+
+// Written by tensoracle_add_cubin_plugin (SYMBOL rmsnorm_cubins).
+extern const tensoracle::cubin::Embedded rmsnorm_cubins[];
+extern const std::size_t rmsnorm_cubins_count;
+#endif
 
 namespace {
 
@@ -44,6 +54,26 @@ class RmsNorm final : public tp::Plugin {
                 "weight " + dims_text(w) + " does not match x's last dimension " + std::to_string(d));
     out[0] = x;
   }
+
+#ifdef TENSORACLE_EXAMPLE_CUBINS
+  std::int32_t backends() const override { return TENSORACLE_BACKEND_CPU | TENSORACLE_BACKEND_CUDA; }
+
+  void enqueue_cuda(tp::Descs in, const void* const* inputs, tp::Descs, void* const* outputs, void*, std::uint64_t,
+                    void* stream) const override {
+    static tensoracle::cubin::Module module(rmsnorm_cubins, rmsnorm_cubins_count);
+    const tp::Desc& x = in[0];
+    long long d = x.dims[x.rank - 1];
+    const std::int64_t rows = d == 0 ? 0 : tp::volume(x) / d;
+    if (rows == 0) return;
+    tp::require(rows <= 0x7fffffff, "RMSNorm on CUDA takes at most 2^31 - 1 rows");
+    const void* src = inputs[0];
+    const void* weight = inputs[1];
+    void* dst = outputs[0];
+    float epsilon = epsilon_;
+    void* args[] = {&src, &weight, &dst, &d, &epsilon};
+    module.launch("rmsnorm_f32", {static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0, stream, args);
+  }
+#endif
 
   void enqueue_cpu(tp::Descs in, const void* const* inputs, tp::Descs, void* const* outputs, void*,
                    std::uint64_t) const override {

@@ -78,6 +78,13 @@ load_engine = Engine.load
 
 __version__ = "0.1.0"
 
+
+def cmake_prefix_path() -> str:
+    """The folder to give CMake (``-DCMAKE_PREFIX_PATH=...``) so that a plugin project's
+    ``find_package(tensoracle)`` finds the plugin headers and ``tensoracle_add_cubin_plugin``."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "cpp")
+
+
 __all__ = [
     "BuilderSettings",
     "Engine",
@@ -121,5 +128,6 @@ __all__ = [
     "UnsafeCheckpointError",
     "UnsupportedError",
     "cache",
+    "cmake_prefix_path",
     "safetensors",
 ]
