@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +15,7 @@
 #include <set>
 #include <tuple>
 
+#include "cache/digest_memo.h"
 #include "core/file_stat.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/plugin_library.h"
@@ -57,36 +57,14 @@ Registry& registry() {
   throw PluginLibraryError("[plugin] " + path.string() + ": " + why);
 }
 
-std::string hex128(const XXH128_hash_t& h) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s = "xxh3-128:";
-  for (unsigned char b : c.digest) {
-    s += kHex[b >> 4];
-    s += kHex[b & 0xF];
-  }
-  return s;
-}
-
-// XXH3-128 of the whole file behind `fd`.
+// XXH3-128 of the whole file behind `fd` (from its start), as the cache hashes weight files.
 std::string hash_fd(int fd, const fs::path& path) {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
-  if (!state) throw std::bad_alloc();
-  XXH3_128bits_reset(state.get());
-  std::vector<unsigned char> buf(std::size_t{1} << 20);
-  off_t at = 0;
-  for (;;) {
-    ssize_t n = ::pread(fd, buf.data(), buf.size(), at);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(path, std::string("cannot read the plugin library: ") + std::strerror(errno));
-    }
-    if (n == 0) break;
-    XXH3_128bits_update(state.get(), buf.data(), static_cast<std::size_t>(n));
-    at += n;
+  if (::lseek(fd, 0, SEEK_SET) != 0) fail(path, std::string("cannot read the plugin library: ") + std::strerror(errno));
+  try {
+    return cache::hash_file(fd, path, "plugin", "the plugin library");
+  } catch (const IoError& e) {
+    fail(path, std::string("cannot read the plugin library: ") + std::strerror(e.errno_value()));
   }
-  return hex128(XXH3_128bits_digest(state.get()));
 }
 
 std::string stat_text(const core::FileStat& s) {

@@ -13,6 +13,7 @@
 #include "backends/cpu/kernels_more.h"
 #include "backends/cpu/onednn.h"
 #include "plugin/instance.h"
+#include "runtime/plugin_node.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
@@ -31,31 +32,6 @@ constexpr std::size_t kAlign = 64;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
-
-std::vector<PluginTensorDesc> plugin_descs(std::span<const Buffer> in, std::size_t count) {
-  std::vector<PluginTensorDesc> d;
-  for (std::size_t i = 0; i < count; ++i) d.push_back({in[i].type, in[i].dims});
-  return d;
-}
-
-// Runs `f`, prefixing what it throws with `prefix` (same class for the classes a plugin's calls
-// raise).
-template <typename F>
-void with_prefix(const std::string& prefix, F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(prefix + e.what());
-  } catch (const UnsupportedError& e) {
-    throw UnsupportedError(prefix + e.what());
-  } catch (const PluginLibraryError& e) {
-    throw PluginLibraryError(prefix + e.what());
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    throw Error(prefix + e.what());
-  }
-}
 
 // The network-level input and output descriptions of plugin node `n` (all its outputs).
 std::pair<std::vector<PluginTensorDesc>, std::vector<PluginTensorDesc>> plugin_node_descs(const graph::Graph& g,
@@ -287,23 +263,7 @@ class CpuNodeKernel final : public NodeKernel {
   // A plugin node: all the plugin's outputs are written, the ones this node does not keep into
   // the workspace after the plugin's own scratch.
   void run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws) const {
-    with_prefix("[cpu] layer '" + node_.name + "': ", [&] {
-      const auto descs = plugin_descs(in, node_.inputs.size());
-      const int keep = std::max(p.output, 0);
-      const PluginCall call = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CPU, descs, keep, kAlign);
-      const auto& mine = call.outputs[static_cast<std::size_t>(keep)];
-      if (mine.type != out.type || !(mine.dims == out.dims))
-        throw Error(p.plugin->label() + ": output " + std::to_string(keep) + " is " + std::string(type_name(mine.type)) + " " +
-                    mine.dims.str() + " at run time, but shape inference said " + std::string(type_name(out.type)) + " " +
-                    out.dims.str());
-      std::vector<const void*> inputs;
-      for (std::size_t i = 0; i < node_.inputs.size(); ++i) inputs.push_back(in[i].data);
-      std::vector<void*> outputs(call.outputs.size());
-      for (std::size_t k = 0; k < outputs.size(); ++k)
-        outputs[k] = static_cast<int>(k) == keep ? out.data : static_cast<void*>(ws + call.offsets[k]);
-      p.plugin->enqueue_cpu(descs, inputs.data(), call.outputs, outputs.data(), call.plugin_workspace ? ws : nullptr,
-                            call.plugin_workspace);
-    });
+    run_plugin_node("cpu", node_, p, TENSORACLE_BACKEND_CPU, kAlign, in, out, ws, [&](auto... args) { p.plugin->enqueue_cpu(args...); });
   }
 
   graph::Node node_;

@@ -21,6 +21,7 @@
 #include "graph/graph.h"
 #include "graph/ops.h"
 #include "plugin/instance.h"
+#include "runtime/plugin_node.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
@@ -61,31 +62,6 @@ class DeviceGuard {
 };
 
 int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
-
-std::vector<PluginTensorDesc> plugin_descs(std::span<const Buffer> in, std::size_t count) {
-  std::vector<PluginTensorDesc> d;
-  for (std::size_t i = 0; i < count; ++i) d.push_back({in[i].type, in[i].dims});
-  return d;
-}
-
-// Runs `f`, prefixing what it throws with `prefix` (same class for the classes a plugin's calls
-// raise).
-template <typename F>
-void with_prefix(const std::string& prefix, F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(prefix + e.what());
-  } catch (const UnsupportedError& e) {
-    throw UnsupportedError(prefix + e.what());
-  } catch (const PluginLibraryError& e) {
-    throw PluginLibraryError(prefix + e.what());
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    throw Error(prefix + e.what());
-  }
-}
 
 // The ops of a matrix multiply's epilogue cuBLASLt applies itself: a SUM with a constant bias
 // row ([1, ..., 1, N] in the output's type), optionally followed by RELU or GELU_TANH. Returns
@@ -588,23 +564,8 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
 // keep go into the workspace after the plugin's own scratch.
 void CudaNodeKernel::run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws,
                                 cudaStream_t s) const {
-  with_prefix("[cuda] layer '" + node_.name + "': ", [&] {
-    const auto descs = plugin_descs(in, node_.inputs.size());
-    const int keep = std::max(p.output, 0);
-    const PluginCall call = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CUDA, descs, keep, kAlign);
-    const auto& mine = call.outputs[static_cast<std::size_t>(keep)];
-    if (mine.type != out.type || !(mine.dims == out.dims))
-      throw Error(p.plugin->label() + ": output " + std::to_string(keep) + " is " + std::string(type_name(mine.type)) + " " +
-                  mine.dims.str() + " at run time, but shape inference said " + std::string(type_name(out.type)) + " " +
-                  out.dims.str());
-    std::vector<const void*> inputs;
-    for (std::size_t i = 0; i < node_.inputs.size(); ++i) inputs.push_back(in[i].data);
-    std::vector<void*> outputs(call.outputs.size());
-    for (std::size_t k = 0; k < outputs.size(); ++k)
-      outputs[k] = static_cast<int>(k) == keep ? out.data : static_cast<void*>(ws + call.offsets[k]);
-    p.plugin->enqueue_cuda(descs, inputs.data(), call.outputs, outputs.data(), call.plugin_workspace ? ws : nullptr,
-                           call.plugin_workspace, s);
-  });
+  run_plugin_node("cuda", node_, p, TENSORACLE_BACKEND_CUDA, kAlign, in, out, ws,
+                  [&](auto... args) { p.plugin->enqueue_cuda(args..., static_cast<void*>(s)); });
 }
 
 // One backend per device, made on first use and never destroyed: engines may outlive any static
