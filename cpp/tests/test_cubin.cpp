@@ -66,6 +66,8 @@ TEST(Cubin, DamagedFilesAreFormatErrorsNamingTheProblem) {
   bad = good;
   bad[40] = std::byte{0xff}, bad[41] = std::byte{0xff}, bad[42] = std::byte{0xff};  // section table far away
   expect_format_error([&] { cubin::inspect(bad); }, "section table");
+  // A kernel symbol whose name is empty (found by fuzz_cubin).
+  expect_format_error([&] { cubin::inspect(tensoracle::testing::cuda_elf(90, {""})); }, "has no name");
   // Every truncation is an error, never a crash; so is every single flipped byte (or it parses).
   for (std::size_t n = 0; n < good.size(); ++n) EXPECT_THROW(cubin::inspect(std::span(good).first(n)), FormatError) << n;
   for (std::size_t i = 0; i < good.size(); ++i) {

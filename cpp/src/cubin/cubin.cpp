@@ -196,8 +196,10 @@ CubinInfo inspect(std::span<const std::byte> b) {
       const auto info_byte = get<std::uint8_t>(b, at + 4, "a symbol");
       const auto other = get<std::uint8_t>(b, at + 5, "a symbol");
       constexpr std::uint8_t kFunc = 2, kCudaEntry = 0x10;  // STT_FUNC; STO_CUDA_ENTRY marks a kernel
-      if ((info_byte & 0xF) == kFunc && (other & kCudaEntry))
+      if ((info_byte & 0xF) == kFunc && (other & kCudaEntry)) {
         info.kernels.push_back(string_at(s.link, get<std::uint32_t>(b, at, "a symbol")));
+        if (info.kernels.back().empty()) bad_cubin("a kernel symbol has no name");
+      }
     }
   }
   std::sort(info.kernels.begin(), info.kernels.end());
