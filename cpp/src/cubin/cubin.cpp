@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
+#include "core/module_folder.h"
 #include "core/sha256.h"
 #include "tensoracle/errors.h"
 
@@ -39,15 +40,6 @@ struct Nvrtc {
   std::string why;  // set when unavailable
 };
 
-std::filesystem::path this_library_folder() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&nvrtc_version), &info) == 0 || info.dli_fname == nullptr) return {};
-  std::error_code ec;
-  auto p = std::filesystem::canonical(info.dli_fname, ec);
-  if (ec) p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::filesystem::path() : p.parent_path();
-}
-
 const Nvrtc& nvrtc() {
   static const Nvrtc lib = [] {
     Nvrtc n;
@@ -55,7 +47,7 @@ const Nvrtc& nvrtc() {
     if (const char* env = std::getenv("TENSORACLE_NVRTC"); env && *env) {
       candidates.emplace_back(env);
     } else {
-      const auto here = this_library_folder();
+      const auto here = core::module_folder(reinterpret_cast<const void*>(&nvrtc_version));
       if (!here.empty()) {
         // The Python package (site-packages/tensoracle) or the environment's bin/ and lib/.
         candidates.push_back((here.parent_path() / "nvidia/cu13/lib/libnvrtc.so.13").string());
@@ -207,9 +199,9 @@ CubinInfo inspect(std::span<const std::byte> b) {
 }
 
 CubinInfo inspect_file(const std::filesystem::path& path) {
-  auto bytes = read_all(path);
+  core::MappedFile file(path, false, "cubin");
   try {
-    CubinInfo info = inspect(bytes);
+    CubinInfo info = inspect(file.bytes());
     info.file = path.filename().string();
     return info;
   } catch (const FormatError& e) {

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "core/module_folder.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
@@ -35,18 +36,6 @@ using CudaEntry = const Backend* (*)(int abi_version, int device_index, char* er
 constexpr const char* kCudaLibrary = "libtensoracle_cuda.so";
 constexpr const char* kCudaEntry = "tensoracle_cuda_backend";
 
-std::filesystem::path this_module_folder() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&cuda_backend), &info) == 0 || info.dli_fname == nullptr) return {};
-  std::error_code ec;
-  auto path = std::filesystem::canonical(info.dli_fname, ec);
-  if (ec) {  // the main program's name may be relative to a folder we left: ask the kernel
-    path = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) return {};
-  }
-  return path.parent_path();
-}
-
 struct CudaLibrary {
   CudaEntry entry = nullptr;
   std::string error;  // why there is no entry
@@ -57,7 +46,7 @@ CudaLibrary open_cuda_library() {
   if (const char* env = std::getenv("TENSORACLE_CUDA_BACKEND"); env && *env) {
     candidates.emplace_back(env);
   } else {
-    auto here = this_module_folder();
+    auto here = core::module_folder(reinterpret_cast<const void*>(&cuda_backend));
     if (!here.empty()) {
       candidates.push_back((here / kCudaLibrary).string());
       candidates.push_back((here.parent_path() / "lib" / kCudaLibrary).string());
