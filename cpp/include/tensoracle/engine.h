@@ -148,7 +148,9 @@ class Execution {
   void set_graph_replay(bool enabled);
   bool graph_replay() const noexcept;
   // enqueue() that also measures each node: seconds per entry of Engine::layers(), in order
-  // (wall time around each node's kernels; the per-layer view of `tensoracle bench`).
+  // (the per-layer view of `tensoracle bench`). CUDA times on the device with events between
+  // the nodes' launches, so a node's time is its kernels' time plus any launch gap before them;
+  // the CPU times each node on the host. Does not replay a CUDA graph; returns once the work is done.
   std::vector<double> enqueue_profiled(void* stream = nullptr);
 
   // Convenience: sets shapes and addresses from `inputs` (host memory; types must match
@@ -162,7 +164,8 @@ class Execution {
 
  private:
   friend class Engine;
-  void run_nodes(void* stream, std::vector<double>* seconds);
+  struct Profiler;  // engine.cpp: marks after each node (enqueue_profiled)
+  void run_nodes(void* stream, Profiler* profiler);
   explicit Execution(std::unique_ptr<State> s);
   std::unique_ptr<State> state_;
 };

@@ -20,7 +20,7 @@ namespace tensoracle::runtime {
 
 // Bumped whenever this header or the graph structures it passes change: the core refuses a
 // backend library built against another version (cuda_loader.cpp).
-inline constexpr int kBackendAbiVersion = 2;  // 2: plugin nodes (PluginParams)
+inline constexpr int kBackendAbiVersion = 3;  // 2: plugin nodes (PluginParams); 3: Timeline
 
 struct Buffer {
   void* data = nullptr;  // in the backend's memory
@@ -83,6 +83,17 @@ class Backend {
   virtual void synchronize(void*) const {}
   // Checks a caller's stream argument (the CPU refuses a non-null one).
   virtual void check_stream(void* stream) const;
+
+  // Per-node timing (Execution::enqueue_profiled): mark() after each node's launches;
+  // seconds() waits for the work and gives the time between consecutive marks (the first from
+  // when the timeline was made). A device backend times on the device (events on the stream)
+  // so nothing stalls between nodes; the default synchronizes and reads the host clock.
+  struct Timeline {
+    virtual ~Timeline() = default;
+    virtual void mark() = 0;
+    virtual std::vector<double> seconds() = 0;
+  };
+  virtual std::unique_ptr<Timeline> timeline(void* stream) const;
 
   // Executions of fixed shapes may record their launches once and replay them (CUDA graphs).
   // Returns an opaque recording, or null when the backend has none; see runtime/engine.cpp.

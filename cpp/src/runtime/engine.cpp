@@ -1,6 +1,5 @@
 #include "tensoracle/engine.h"
 
-#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
@@ -400,13 +399,19 @@ void Execution::enqueue(void* stream) {
   s.recording->replay(stream);
 }
 
+struct Execution::Profiler {
+  runtime::Backend::Timeline& timeline;
+};
+
 std::vector<double> Execution::enqueue_profiled(void* stream) {
-  std::vector<double> seconds;
-  run_nodes(stream, &seconds);
-  return seconds;
+  state_->backend.check_stream(stream);
+  auto timeline = state_->backend.timeline(stream);
+  Profiler profiler{*timeline};
+  run_nodes(stream, &profiler);
+  return timeline->seconds();
 }
 
-void Execution::run_nodes(void* stream, std::vector<double>* seconds) {
+void Execution::run_nodes(void* stream, Profiler* profiler) {
   auto& s = *state_;
   const auto& backend = s.backend;
   backend.check_stream(stream);
@@ -433,7 +438,6 @@ void Execution::run_nodes(void* stream, std::vector<double>* seconds) {
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     const auto& node = g.nodes[n];
     auto o = static_cast<std::size_t>(node.output);
-    const auto start = seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (device && !s.host_bytes[o].empty()) {
       // A shape tensor the host computed: its bytes, not a kernel.
       if (ptr[o]) backend.copy(ptr[o], s.host_bytes[o].data(), s.host_bytes[o].size(), runtime::CopyKind::kHostToDevice, stream);
@@ -445,10 +449,7 @@ void Execution::run_nodes(void* stream, std::vector<double>* seconds) {
       }
       kernels[n]->run(in, {ptr[o], s.shapes[o].type, s.shapes[o].dims}, workspace, stream);
     }
-    if (seconds) {
-      backend.synchronize(stream);
-      seconds->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
+    if (profiler) profiler->timeline.mark();
   }
 }
 

@@ -360,6 +360,43 @@ class CudaBackend final : public Backend {
   }
   void check_stream(void*) const override {}
 
+  // Events recorded on the stream between the nodes' launches: device time, no stalls.
+  struct Events final : Timeline {
+    int device = 0;
+    cudaStream_t stream = nullptr;
+    std::vector<cudaEvent_t> events;
+    ~Events() override {
+      DeviceGuard guard(device);
+      for (cudaEvent_t e : events) cudaEventDestroy(e);
+    }
+    void mark() override {
+      DeviceGuard guard(device);
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "creating a timing event");
+      events.push_back(e);
+      check(cudaEventRecord(e, stream), "recording a timing event");
+    }
+    std::vector<double> seconds() override {
+      DeviceGuard guard(device);
+      if (!events.empty()) check(cudaEventSynchronize(events.back()), "running the engine");
+      std::vector<double> s;
+      for (std::size_t i = 1; i < events.size(); ++i) {
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, events[i - 1], events[i]), "reading a timing event");
+        s.push_back(ms * 1e-3);
+      }
+      return s;
+    }
+  };
+
+  std::unique_ptr<Timeline> timeline(void* stream) const override {
+    auto t = std::make_unique<Events>();
+    t->device = index_;
+    t->stream = as_stream(stream);
+    t->mark();  // the start
+    return t;
+  }
+
   struct Graph final : Recording {
     cudaGraphExec_t exec = nullptr;
     int device = 0;
