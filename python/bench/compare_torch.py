@@ -67,7 +67,7 @@ def torch_graph(fn, stream):
     return g.replay
 
 
-def engine_of(layers, x_shape, dtype, fp8_scales=None):
+def engine_of(layers, x_shape, dtype, fp8_scales=None, level=3):
     """An engine of y = act(x @ W^T + b) per layer, weights from `layers` (torch Linear, act).
 
     With `fp8_scales` (per layer: the features' and the weight's scale), both operands of each
@@ -96,7 +96,7 @@ def engine_of(layers, x_shape, dtype, fp8_scales=None):
         net.mark_output(t)
 
     decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed(tuple(x_shape))},
-                                  tensoracle.BuilderSettings(device="cuda:0"))
+                                  tensoracle.BuilderSettings(device="cuda:0", optimization_level=level))
     return tensoracle.build_serialized_engine(graph, decl)
 
 
@@ -110,7 +110,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None):
     stream = torch.cuda.Stream()
-    data = engine_of(layers, tuple(x.shape), dtype, fp8_scales)
+    data = engine_of(layers, tuple(x.shape), dtype, fp8_scales, args.level)
     label = "float8" if fp8_scales else str(dtype).replace("torch.", "")
     if args.save:
         with open(f"{args.save}/{name}_{label}.engine", "wb") as f:
@@ -155,6 +155,8 @@ def main() -> int:
     p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
                    help="mlp types; float8: fp8 Q/DQ around each float16 product, timed against torch in float16")
     p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--level", type=int, default=3,
+                   help="the engines' optimization level (from 2: cuBLASLt's 8 best guesses timed per GEMM)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--compile", action="store_true", help="also time torch.compile (minutes to compile)")
     p.add_argument("--json", help="write the results here")
@@ -166,7 +168,7 @@ def main() -> int:
     torch.manual_seed(0)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | tensoracle {tensoracle.__version__} "
-          f"| commit {commit or '?'} | {time.strftime('%Y-%m-%d')}")
+          f"| commit {commit or '?'} | {time.strftime('%Y-%m-%d')} | optimization level {args.level}")
     results: list[dict] = []
     if "linear" in only:
         lin = torch.nn.Linear(32, 16).cuda()
