@@ -9,6 +9,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "backends/cuda/conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/tuning.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
 #include "plugin/instance.h"
@@ -34,6 +36,9 @@ void check(cudaError_t e, const std::string& what) {
 }
 
 constexpr std::size_t kAlign = 256;
+// How much faster than cuBLASLt's first choice a timed GEMM candidate must be to replace it
+// (tuning.h).
+constexpr double kTunedMargin = 0.02;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 std::size_t bytes_of(const graph::TensorDesc& d) {
@@ -228,7 +233,8 @@ class CudaBackend final : public Backend {
   }
 
   // Matrix multiplies from level 2: times cuBLASLt's top candidates at the profile's opt shapes
-  // (on scratch buffers of this device) and stores the fastest algorithm in the tactic
+  // (on scratch buffers of this device, in interleaved rounds; tuning.h says which one wins) and
+  // stores the chosen algorithm in the tactic
   // ("<tactic>/algo:<hex>"), which instantiate() hands to the Gemm. Other nodes: the one tactic.
   std::string choose_tactic(const graph::Graph& g, const graph::Node& n, std::span<const graph::TensorDesc> in,
                             const graph::TensorDesc& out, int level) const override {
@@ -271,38 +277,76 @@ class CudaBackend final : public Backend {
     };
     std::string best;
     try {
-      cuda::TensorRef a{scratch(bytes_of(in[0]), in[0].type), in[0].type, in[0].dims};
-      cuda::TensorRef b{scratch(bytes_of(in[1]), in[1].type), in[1].type, in[1].dims};
+      // Copies of the operands to cycle through, spanning twice the L2 cache (at most 4), so that
+      // a run does not find its operands in L2 from the run before: inside a network each GEMM
+      // reads its weights from device memory, and L2-resident timing favours other tiles.
+      const std::size_t pair = bytes_of(in[0]) + bytes_of(in[1]);
+      const std::size_t l2 = prop_.l2CacheSize > 0 ? static_cast<std::size_t>(prop_.l2CacheSize) : 0;
+      const std::size_t copies = std::clamp<std::size_t>(pair ? (2 * l2 + pair - 1) / pair : 1, 1, 4);
+      std::vector<cuda::TensorRef> as, bs;
+      for (std::size_t c = 0; c < copies; ++c) {
+        as.push_back({scratch(bytes_of(in[0]), in[0].type), in[0].type, in[0].dims});
+        bs.push_back({scratch(bytes_of(in[1]), in[1].type), in[1].type, in[1].dims});
+      }
       cuda::TensorRef o{scratch(bytes_of(main)), main.type, main.dims};
       const std::size_t nin = n.inputs.size();
       void* bias = fused ? scratch(bytes_of(in[nin]), in[nin].type) : nullptr;
       cuda::GemmScales scales;
       if (n.quantized()) scales = {scratch(4, DataType::kFLOAT), scratch(4, DataType::kFLOAT)};
-      void* ws = scratch(gemm.workspace_bytes(a, b, o));
-      auto algos = gemm.candidates(a, b, bias, o, 8, scales);
+      void* ws = scratch(gemm.workspace_bytes(as[0], bs[0], o));
+      auto algos = gemm.candidates(as[0], bs[0], bias, o, 8, scales);
       cudaStream_t stream = static_cast<cudaStream_t>(create_stream());
       cudaEvent_t start, stop;
       cudaEventCreate(&start);
       cudaEventCreate(&stop);
-      float best_ms = 0;
-      for (const auto& algo : algos) {
+      std::size_t turn = 0;
+      auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+        gemm.run_with(algo, as[turn % copies], bs[turn % copies], bias, o, ws, stream, scales);
+        ++turn;
+      };
+      auto ms_per_run = [&](const cublasLtMatmulAlgo_t& algo, int runs) {
+        cudaEventRecord(start, stream);
+        for (int i = 0; i < runs; ++i) run(algo);
+        cudaEventRecord(stop, stream);
+        check(cudaEventSynchronize(stop), "timing a GEMM algorithm");
+        float ms = 0;
+        cudaEventElapsedTime(&ms, start, stop);
+        return static_cast<double>(ms) / runs;
+      };
+      // Candidate i's time per run in each round; empty once it failed to run (not a choice).
+      std::vector<std::vector<double>> times(algos.size());
+      std::vector<bool> failed(algos.size(), false);
+      auto attempt = [&](std::size_t i, auto&& f) {
+        if (failed[i]) return;
         try {
-          for (int i = 0; i < 2; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream, scales);
-          cudaEventRecord(start, stream);
-          const int reps = 5;
-          for (int i = 0; i < reps; ++i) gemm.run_with(algo, a, b, bias, o, ws, stream, scales);
-          cudaEventRecord(stop, stream);
-          check(cudaEventSynchronize(stop), "timing a GEMM algorithm");
-          float ms = 0;
-          cudaEventElapsedTime(&ms, start, stop);
-          if (best.empty() || ms < best_ms) {
-            best_ms = ms;
-            best = cuda::algo_to_hex(algo);
-          }
+          f();
         } catch (const Error&) {
-          cudaGetLastError();  // a candidate that fails to launch is not a choice
+          cudaGetLastError();
+          failed[i] = true;
+          times[i].clear();
         }
+      };
+      // Each candidate's first runs (loading its kernels) and a first estimate of its time.
+      double estimate = 0;
+      for (std::size_t i = 0; i < algos.size(); ++i)
+        attempt(i, [&] {
+          run(algos[i]);
+          estimate = std::max(estimate, ms_per_run(algos[i], 1));
+        });
+      const auto first_ok = std::find(failed.begin(), failed.end(), false);
+      if (first_ok != failed.end() && estimate > 0) {
+        // ~20 ms of the first working candidate so the clocks settle before anything counts;
+        // then rounds of ~1 ms per candidate (at least one run), fewer rounds for slow GEMMs.
+        const std::size_t warm = static_cast<std::size_t>(first_ok - failed.begin());
+        attempt(warm, [&] { ms_per_run(algos[warm], std::clamp(static_cast<int>(20 / estimate), 2, 1000)); });
+        const int reps = std::clamp(static_cast<int>(1 / estimate), 1, 10);
+        const int rounds = estimate * reps * 7 * static_cast<double>(algos.size()) > 1000 ? 3 : 7;
+        for (int r = 0; r < rounds; ++r)
+          for (std::size_t i = 0; i < algos.size(); ++i)
+            attempt(i, [&] { times[i].push_back(ms_per_run(algos[i], reps)); });
       }
+      const int chosen = cuda::choose_timed(times, kTunedMargin);
+      if (chosen >= 0) best = cuda::algo_to_hex(algos[static_cast<std::size_t>(chosen)]);
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
       destroy_stream(stream);
