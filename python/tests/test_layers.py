@@ -679,6 +679,34 @@ def test_quantize_fp8_rounding_and_saturation(device, t):
     assert_exact(out, quantize_ref(xs, np.array([s]), "fp8"), "fp8", "reference")
 
 
+@pytest.mark.parametrize("to", ["i8", "fp8"])
+@pytest.mark.parametrize("t", FLOATS)
+def test_quantize_divides_exactly_by_any_scale(device, to, t):
+    """x / scale is the correctly rounded float32 quotient for scales that are not powers of two
+    (the CUDA kernels divide by a reciprocal read once per thread, with residual corrections):
+    values at and next to every rounding boundary of the quantized type, random ones, and tiny,
+    huge, zero and non-finite ones (the exact division's path) all match float32 division."""
+    if to == "i8":
+        boundaries = np.arange(-128, 128) + 0.5
+    else:
+        finite = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        finite = np.unique(finite[np.isfinite(finite)])
+        boundaries = (finite[1:] + finite[:-1]) / 2
+    rng = rng_for("qdiv", to, t)
+    for s in [0.1, 1 / 3, 0.0731, 7.0, 3e-5]:
+        s32 = np.float32(s)
+        at = (boundaries * np.float64(s32)).astype(np.float32)
+        near, up, down = [at], at, at
+        for _ in range(2):  # one and two float32 steps either side
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+            near += [up, down]
+        odd = np.array([0.0, -0.0, 1e-30, -1e-30, 1e30, -1e30, np.inf, -np.inf, np.nan])
+        x = np.concatenate(near + [rng.uniform(-600, 600, 512) * s, odd]).astype(np.float64)
+        xs = narrow(x, t)
+        out = quantize_net(device, xs, np.array([s32]), to)
+        assert_exact(out, quantize_ref(xs, np.array([s32]), to), to, f"scale {s}")
+
+
 # Per-channel along 0, 1 and -1. The shape is (4, 4, 4) so that add_quantize, which validates the
 # scale against its default axis 1 before `axis` can be set, accepts it (the non-cubic case is a
 # known bug below); the scales differ per channel, so a wrong axis changes the numbers.

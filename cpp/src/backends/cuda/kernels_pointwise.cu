@@ -155,10 +155,19 @@ bool broadcasts(const Dims* const (&ins)[K], const Dims& out) {
 
 // ---- a map over every element ------------------------------------------------------------
 
+// A functor with a bind() member is bound once per thread (reading a scale from the device, a
+// reciprocal) and the result applied to each element; other functors apply as they are.
+template <class F>
+__device__ inline auto bound(const F& f) {
+  if constexpr (requires { f.bind(); }) return f.bind();
+  else return f;
+}
+
 // o[i] = f(x[i]) on stored values; o may alias x (each thread reads its element first).
 template <class TI, class TO, class F>
 __global__ void map_kernel(const TI* x, TO* o, i64 n, F f) {
-  for (i64 i = first_index(); i < n; i += grid_step()) o[i] = f(x[i]);
+  const auto g = bound(f);
+  for (i64 i = first_index(); i < n; i += grid_step()) o[i] = g(x[i]);
 }
 
 // f on compute values: In::load, f, Out::store.
@@ -177,11 +186,12 @@ struct alignas(sizeof(T) * V) Pack {
 // map_kernel over packs of V elements: o[i] = f(x[i]) for n = V * packs elements.
 template <int V, class TI, class TO, class F>
 __global__ void map_pack_kernel(const Pack<TI, V>* x, Pack<TO, V>* o, i64 packs, F f) {
+  const auto g = bound(f);
   for (i64 i = first_index(); i < packs; i += grid_step()) {
     const Pack<TI, V> a = x[i];
     Pack<TO, V> b;
 #pragma unroll
-    for (int k = 0; k < V; ++k) b.v[k] = f(a.v[k]);
+    for (int k = 0; k < V; ++k) b.v[k] = g(a.v[k]);
     o[i] = b;
   }
 }
@@ -705,14 +715,47 @@ __global__ void scaled_kernel(const typename In::T* x, typename Out::T* o, i64 n
   }
 }
 
-// One scale for every element (read from the device, so no host synchronization).
+// y / s rounded correctly (as __fdiv_rn) for a divisor fixed per thread: the reciprocal is
+// computed once, and each quotient y * (1/s) gets two residual corrections (the FMA sequence of
+// the hardware's own division; with 1/s correctly rounded, Markstein's theorem makes the result
+// the correctly rounded quotient). Operands of magnitude outside [2^-40, 2^40], zeros, infinities
+// and NaNs (where a residual could underflow, or a sign of zero be lost) take __fdiv_rn.
+struct Divider {
+  float s = 1.f, r = 1.f;
+  bool fast = false;
+  __device__ static bool moderate(float v) {
+    const float a = fabsf(v);
+    return a >= 0x1p-40f && a <= 0x1p40f;
+  }
+  __device__ explicit Divider(float divisor) {
+    s = divisor;
+    r = __fdiv_rn(1.f, divisor);
+    fast = moderate(divisor);
+  }
+  __device__ float operator()(float y) const {
+    if (!fast || !moderate(y)) return __fdiv_rn(y, s);
+    float q = __fmul_rn(y, r);
+    q = __fmaf_rn(__fmaf_rn(-s, q, y), r, q);
+    return __fmaf_rn(__fmaf_rn(-s, q, y), r, q);
+  }
+};
+
+// One scale for every element (read from the device, so no host synchronization): read once
+// per thread (bind), as a Divider when quantizing.
 template <class In, class Out, bool kQuantize>
 struct PerTensorScaled {
   const void* scale;
   DataType scale_type;
-  __device__ typename Out::T operator()(typename In::T v) const {
+  struct Bound {
+    float sc;
+    Divider div;
+    __device__ typename Out::T operator()(typename In::T v) const {
+      return Out::store(kQuantize ? div(In::load(v)) : In::load(v) * sc);
+    }
+  };
+  __device__ Bound bind() const {
     const float sc = load_scale(scale, 0, scale_type);
-    return Out::store(kQuantize ? __fdiv_rn(In::load(v), sc) : In::load(v) * sc);
+    return Bound{sc, Divider(sc)};
   }
 };
 
@@ -890,10 +933,14 @@ struct ActivationQuantized {
   Activation<type> act;
   const void* scale;
   DataType scale_type;
-  __device__ typename Out::T operator()(typename FT::T v) const {
-    const float y = FT::load(FT::store(act(FT::load(v))));
-    return Out::store(__fdiv_rn(y, load_scale(scale, 0, scale_type)));
-  }
+  struct Bound {
+    Activation<type> act;
+    Divider div;
+    __device__ typename Out::T operator()(typename FT::T v) const {
+      return Out::store(div(FT::load(FT::store(act(FT::load(v))))));
+    }
+  };
+  __device__ Bound bind() const { return Bound{act, Divider(load_scale(scale, 0, scale_type))}; }
 };
 
 void activation_quantize(const ActivationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& out,
