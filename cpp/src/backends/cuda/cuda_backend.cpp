@@ -284,9 +284,18 @@ class CudaBackend final : public Backend {
       const std::size_t l2 = prop_.l2CacheSize > 0 ? static_cast<std::size_t>(prop_.l2CacheSize) : 0;
       const std::size_t copies = std::clamp<std::size_t>(pair ? (2 * l2 + pair - 1) / pair : 1, 1, 4);
       std::vector<cuda::TensorRef> as, bs;
-      for (std::size_t c = 0; c < copies; ++c) {
-        as.push_back({scratch(bytes_of(in[0]), in[0].type), in[0].type, in[0].dims});
-        bs.push_back({scratch(bytes_of(in[1]), in[1].type), in[1].type, in[1].dims});
+      auto copy_of = [&](const void* src, std::size_t bytes) {  // same values, another address
+        bytes = std::max<std::size_t>(bytes, 256);
+        void* p = allocate(bytes);
+        owned.push_back(p);
+        check(cudaMemcpy(p, src, bytes, cudaMemcpyDeviceToDevice), "copying tuning buffers");
+        return p;
+      };
+      as.push_back({scratch(bytes_of(in[0]), in[0].type), in[0].type, in[0].dims});
+      bs.push_back({scratch(bytes_of(in[1]), in[1].type), in[1].type, in[1].dims});
+      for (std::size_t c = 1; c < copies; ++c) {
+        as.push_back({copy_of(as[0].data, bytes_of(in[0])), in[0].type, in[0].dims});
+        bs.push_back({copy_of(bs[0].data, bytes_of(in[1])), in[1].type, in[1].dims});
       }
       cuda::TensorRef o{scratch(bytes_of(main)), main.type, main.dims};
       const std::size_t nin = n.inputs.size();
