@@ -166,7 +166,8 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # "-dirty" when the checkout differs from its commit (as a copied working tree may)
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | tensoracle {tensoracle.__version__} "
           f"| commit {commit or '?'} | {time.strftime('%Y-%m-%d')} | optimization level {args.level}")
     results: list[dict] = []
