@@ -6,6 +6,7 @@ CUDA through their `device` fixture."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -79,6 +80,48 @@ def test_quantized_products_show_their_precision_and_tactic():
             x = np.random.default_rng(9).uniform(-1, 1, (16, 64)).astype(np.float32)
             results.append(engine.create_execution().run({"x": x})["y"])
         np.testing.assert_allclose(results[1], results[0], atol=2e-3 if name == "fp8" else 2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("k", [64, 0])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_an_int8_products_bias_is_added_by_its_scale_pass(dtype, k):
+    """Q/DQ int8 x @ W^T + b, then GELU: on the GPU the bias is fused into the int8 GEMM's scale
+    pass (tactic ...int8.epilogue1: one epilogue op in the GEMM's own passes), the GELU stays a
+    pass of its own, and the result matches the CPU's unfused arithmetic; with K = 0 the sums are
+    zeros and the output is GELU(b)."""
+    rng = np.random.default_rng(21)
+    np_t, trt_t = (np.float32, trt.float32) if dtype == "float32" else (np.float16, trt.float16)
+    w = rng.uniform(-0.25, 0.25, (48, k)).astype(np_t)
+    b = rng.uniform(-1, 1, (1, 48)).astype(np_t)
+
+    def graph(net):
+        def qdq(t, scale):
+            s = net.add_constant((1,), np.array([scale], np.float32)).get_output(0)
+            return net.add_dequantize(net.add_quantize(t, s, trt.int8).get_output(0), s, trt_t).get_output(0)
+        x = qdq(net.add_input("x", trt_t, (16, k)), 1 / 127)
+        y = net.add_matrix_multiply(x, trt.MatrixOperation.NONE, qdq(net.add_constant(w.shape, w).get_output(0), 0.25 / 127),
+                                    trt.MatrixOperation.TRANSPOSE).get_output(0)
+        y = net.add_elementwise(y, net.add_constant(b.shape, b).get_output(0), trt.ElementWiseOperation.SUM).get_output(0)
+        y = net.add_activation(y, trt.ActivationType.GELU_ERF).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    x = rng.uniform(-1, 1, (16, k)).astype(np_t)
+    results = {}
+    for device in ("cpu", "cuda:0"):
+        decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((16, k))}, tensoracle.BuilderSettings(device=device))
+        engine = tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
+        product = [layer for layer in engine.layers() if layer.type == "matrix_multiply"][0]
+        assert product.precision == "int8"
+        if device != "cpu":
+            assert product.tactic.startswith("cuda.gemm.cublaslt.int8.epilogue1"), product.tactic
+        results[device] = engine.create_execution().run({"x": x})["y"].astype(np.float32)
+    atol, rtol = (2e-5, 0) if dtype == "float32" else (4e-3, 2e-3)  # float16: an ulp or two
+    np.testing.assert_allclose(results["cuda:0"], results["cpu"], atol=atol, rtol=rtol)
+    if k == 0:
+        bias = np.broadcast_to(b.astype(np.float64), (16, 48))
+        gelu = 0.5 * bias * (1 + np.vectorize(math.erf)(bias / math.sqrt(2)))
+        np.testing.assert_allclose(results["cuda:0"], gelu, atol=atol, rtol=rtol)
 
 
 def test_torch_cuda_tensors_streams_and_graph_replay():

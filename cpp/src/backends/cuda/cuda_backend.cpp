@@ -75,8 +75,10 @@ int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 // into a float16 or bfloat16 result (cuBLASLt's bias types for fp8).
 std::pair<std::size_t, cuda::GemmEpilogue> lt_epilogue(const graph::Graph& g, const graph::Node& n) {
   if (n.type() != LayerType::kMATRIX_MULTIPLY || n.epilogue.empty()) return {0, cuda::GemmEpilogue::kNONE};
-  if (n.quantized() && (graph::arithmetic_type(g, n) == DataType::kINT8 || n.main_desc.type == DataType::kFLOAT))
-    return {0, cuda::GemmEpilogue::kNONE};
+  // An int8 product's bias is added by its scale pass (scale_accumulator), without activation;
+  // an fp8 product into float32 takes no epilogue.
+  const bool int8 = n.quantized() && graph::arithmetic_type(g, n) == DataType::kINT8;
+  if (n.quantized() && !int8 && n.main_desc.type == DataType::kFLOAT) return {0, cuda::GemmEpilogue::kNONE};
   const auto& first = n.epilogue[0];
   const auto* e = std::get_if<ElementWiseParams>(&first.params);
   if (!e || e->op != ElementWiseOperation::kSUM || first.operand < 0) return {0, cuda::GemmEpilogue::kNONE};
@@ -88,6 +90,7 @@ std::pair<std::size_t, cuda::GemmEpilogue> lt_epilogue(const graph::Graph& g, co
   for (int i = 0; i + 1 < r; ++i)
     if (bias.desc.dims[i] != 1) return {0, cuda::GemmEpilogue::kNONE};
   if (bias.desc.dims[r - 1] != mm_out.dims[r - 1] || mm_out.dims[r - 1] < 1) return {0, cuda::GemmEpilogue::kNONE};
+  if (int8) return {1, cuda::GemmEpilogue::kBIAS};
   if (n.epilogue.size() >= 2)
     if (const auto* a = std::get_if<ActivationParams>(&n.epilogue[1].params)) {
       if (a->type == ActivationType::kRELU) return {2, cuda::GemmEpilogue::kBIAS_RELU};

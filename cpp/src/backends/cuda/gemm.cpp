@@ -262,7 +262,7 @@ std::unique_ptr<Gemm::Plan> Gemm::describe(const TensorRef& a, const TensorRef& 
   const cublasOperation_t tb = op0 == MO::kTRANSPOSE ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA");
   set_attr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB");
-  if (epilogue_ != GemmEpilogue::kNONE) {
+  if (epilogue_ != GemmEpilogue::kNONE && !int8) {  // an int8 product's bias: scale_accumulator adds it
     const cublasLtEpilogue_t e = epilogue_ == GemmEpilogue::kBIAS        ? CUBLASLT_EPILOGUE_BIAS
                                  : epilogue_ == GemmEpilogue::kBIAS_RELU ? CUBLASLT_EPILOGUE_RELU_BIAS
                                                                          : CUBLASLT_EPILOGUE_GELU_BIAS;
@@ -347,7 +347,7 @@ void Gemm::run_with(const cublasLtMatmulAlgo_t& algo, const TensorRef& a, const 
                     const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const {
   auto plan = describe(a, b, bias, out, scales);
   if (plan->empty || plan->zero_k || plan->fallback) return;
-  launch(*plan, algo, a, b, out, workspace, stream, scales);
+  launch(*plan, algo, a, b, bias, out, workspace, stream, scales);
 }
 
 void Gemm::run_dequantized(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out, void* workspace,
@@ -372,6 +372,14 @@ void Gemm::run(const TensorRef& a, const TensorRef& b, const void* bias, const T
     run_dequantized(a, b, bias, out, workspace, stream, scales);
     return;
   }
+  if (plan.zero_k && quantized_ == DataType::kINT8) {  // zero sums, then the scale pass (and its bias)
+    void* sums = static_cast<std::byte*>(workspace) + kGemmWorkspaceBytes;
+    if (cudaMemsetAsync(sums, 0, static_cast<std::size_t>(out.dims.volume()) * 4, stream) != cudaSuccess)
+      throw Error("[cuda] node '" + name_ + "': clearing the int32 sums failed");
+    cuda::scale_accumulator(TensorRef{sums, DataType::kINT32, out.dims}, scales.a, scales.b,
+                            epilogue_ == GemmEpilogue::kNONE ? nullptr : bias, out, stream);
+    return;
+  }
   if (plan.zero_k) {
     if (epilogue_ != GemmEpilogue::kNONE)
       throw UnsupportedError("[cuda] node '" + name_ + "': a fused bias on a matrix multiply with K = 0");
@@ -379,11 +387,11 @@ void Gemm::run(const TensorRef& a, const TensorRef& b, const void* bias, const T
       throw Error("[cuda] node '" + name_ + "': clearing the output failed");
     return;
   }
-  launch(plan, plan.algo, a, b, out, workspace, stream, scales);
+  launch(plan, plan.algo, a, b, bias, out, workspace, stream, scales);
 }
 
 void Gemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const TensorRef& a, const TensorRef& b,
-                  const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const {
+                  const void* bias, const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const {
   const bool int8 = quantized_ == DataType::kINT8;
   const float alpha = 1.f, beta = 0.f;
   const std::int32_t alpha_i = 1, beta_i = 0;
@@ -400,7 +408,9 @@ void Gemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Tens
                             kGemmWorkspaceBytes, stream),
              "node '" + name_ + "': matrix multiply (" + plan.description + ")");
   }
-  if (int8) cuda::scale_accumulator(TensorRef{pc, DataType::kINT32, out.dims}, scales.a, scales.b, out, stream);
+  if (int8)
+    cuda::scale_accumulator(TensorRef{pc, DataType::kINT32, out.dims}, scales.a, scales.b,
+                            epilogue_ == GemmEpilogue::kNONE ? nullptr : bias, out, stream);
 }
 
 std::string algo_to_hex(const cublasLtMatmulAlgo_t& algo) {

@@ -10,7 +10,8 @@
 //
 // Quantized products (Q/DQ folded by the builder): int8 operands multiply on the tensor cores
 // with exact int32 sums (CUBLAS_COMPUTE_32I) into scratch, which scale_accumulator scales by
-// both operands' per-tensor scales into the float output; fp8 e4m3 operands multiply with
+// both operands' per-tensor scales into the float output, adding a fused bias row in the same
+// pass (cuBLASLt's int8 path has no float epilogue; no activation is fused); fp8 e4m3 operands multiply with
 // float32 accumulation and cuBLASLt applies the scales (A/B_SCALE_POINTER) and the epilogue
 // itself. Both take the tensor cores' layout: the first operand as is, the second transposed
 // ([N, K], op1 = TRANSPOSE). When cuBLASLt has no quantized algorithm for a shape (K or N not
@@ -87,7 +88,7 @@ class Gemm {
                                  GemmScales scales) const;
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, int count) const;
   void launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const TensorRef& a, const TensorRef& b,
-              const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const;
+              const void* bias, const TensorRef& out, void* workspace, cudaStream_t stream, GemmScales scales) const;
   // Whether a quantized product at these shapes might need the dequantizing fallback.
   bool may_fall_back(const TensorRef& a, const TensorRef& b) const;
   void run_dequantized(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out, void* workspace,

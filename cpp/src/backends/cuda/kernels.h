@@ -48,9 +48,11 @@ void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const Tens
 void activation_quantize(const ActivationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& out,
                          cudaStream_t stream);
 // out = float(acc) * (*scale_a * *scale_b), rounded once to out's float type: an int8 GEMM's
-// int32 sums (acc) scaled by its operands' per-tensor float32 scales (device pointers).
-void scale_accumulator(const TensorRef& acc, const void* scale_a, const void* scale_b, const TensorRef& out,
-                       cudaStream_t stream);
+// int32 sums (acc) scaled by its operands' per-tensor float32 scales (device pointers). With a
+// `bias` (out's type, one value per column of out's last dim), that row is then added and the
+// sum rounded again: the two passes' arithmetic, in one.
+void scale_accumulator(const TensorRef& acc, const void* scale_a, const void* scale_b, const void* bias,
+                       const TensorRef& out, cudaStream_t stream);
 void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,
             cudaStream_t stream);
 // Same type and volume; a device-to-device copy.
