@@ -408,8 +408,8 @@ def quantize_ref(x: np.ndarray, scale: np.ndarray, to: str, axis: int = 1) -> np
     s = channel_scales(scale, x.shape, axis).astype(np.float32)
     with np.errstate(all="ignore"):
         q = x.astype(np.float32) / s
-    if to == "i8":
-        return np.clip(np.rint(q), -128, 127).astype(np.int8)
+    if to == "i8":  # NaN gives 0 (the kernels' rule; NumPy's NaN-to-integer cast is undefined)
+        return np.clip(np.rint(np.nan_to_num(q, nan=0.0)), -128, 127).astype(np.int8)
     return np.clip(q, -448, 448).astype(ml_dtypes.float8_e4m3fn)
 
 

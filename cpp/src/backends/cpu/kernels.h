@@ -8,8 +8,8 @@
 //   GPUs do not trap either).
 // - Casts: float to integer truncates toward zero and saturates to the integer's range
 //   (NaN gives 0); to bool: value != 0; from bool: 0 or 1.
-// - Quantize: q = saturate(round_half_even(x / scale)) (int8: [-128, 127]; fp8 e4m3: ±448,
-//   NaN stays NaN); dequantize: x = q * scale, rounded to the output type.
+// - Quantize: q = saturate(round_half_even(x / scale)) (int8: [-128, 127], NaN gives 0; fp8
+//   e4m3: ±448, NaN stays NaN); dequantize: x = q * scale, rounded to the output type.
 // - Matrix multiply: float32 accumulation for every float type (never TF32).
 //
 // Every function takes dims that are fully known and buffers that do not overlap, except
