@@ -31,3 +31,11 @@ if [[ -n "$nvcc" && ! -e "$(dirname "$nvcc")/../include/cublasLt.h" ]] &&
   echo "setup: $nvcc has no cuBLASLt beside it; installing the nvidia-cublas wheel for the CUDA backend"
   "${pip[@]}" install nvidia-cublas
 fi
+# cuDNN's headers for the CUDA backend's convolutions (the library is opened at run time): from
+# the nvidia-cudnn-cu13 wheel unless the toolkit or the system has them.
+if [[ -n "$nvcc" && ! -e "$(dirname "$nvcc")/../include/cudnn_graph.h" && ! -e /usr/include/cudnn_graph.h ]] &&
+   ! compgen -G "/usr/include/*-linux-gnu/cudnn_graph.h" >/dev/null &&
+   ! compgen -G "$venv/lib/python3*/site-packages/nvidia/cudnn/include/cudnn_graph.h" >/dev/null; then
+  echo "setup: installing the nvidia-cudnn-cu13 wheel (cuDNN's headers) for the CUDA backend"
+  "${pip[@]}" install nvidia-cudnn-cu13
+fi

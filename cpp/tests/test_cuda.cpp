@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/numeric.h"
 #include "nlohmann/json.hpp"
 #include "plan/plan.h"
 #include "qdq_models.h"
@@ -190,6 +191,122 @@ TEST(Cuda, ConvolutionMatchesTheCpuBackend) {
   for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_NEAR(outs[1][i], outs[0][i], 1e-5) << i;
 }
 
+// Convolutions through cuDNN (cudnn_conv.h) agree with the CPU backend: 1-, 2- and 3-D, strides,
+// dilations, asymmetric padding, groups, with and without a bias (written first, accumulated
+// onto by cuDNN), float32 and float16, the heuristic's configuration (level 0) and the timed one
+// (level 3); a reopened engine rebuilds the same plan; a depthwise convolution keeps the direct
+// kernel at level 0; a configuration this cuDNN cannot build falls back to the backend's own
+// path; a malformed one is a CorruptEngineError.
+TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
+  struct Case {
+    Dims x, kernel, stride, pre, post, dilation;
+    int k, groups;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{2, 16, 14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 32, 1, true},
+      {{1, 8, 17, 15}, {5, 3}, {2, 2}, {1, 0}, {2, 1}, {2, 1}, 16, 1, false},
+      {{2, 16, 9, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 24, 4, true},
+      {{3, 8, 40}, {3}, {1}, {1}, {1}, {1}, 16, 1, true},
+      {{1, 4, 6, 7, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 8, 1, true},
+      {{2, 8, 10, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 8, 8, true},  // depthwise
+  };
+  int seed = 100;
+  for (const Case& c : cases) {
+    for (DataType t : {DataType::kFLOAT, DataType::kHALF}) {
+      const std::int64_t cin = c.x[1];
+      std::int64_t kvol = 1;
+      for (int i = 0; i < c.kernel.rank(); ++i) kvol *= c.kernel[i];
+      auto wf = uniform(static_cast<std::size_t>(c.k * (cin / c.groups) * kvol), -0.3f, 0.3f, ++seed);
+      auto bf = uniform(static_cast<std::size_t>(c.k), -0.5f, 0.5f, ++seed);
+      auto xf = uniform(static_cast<std::size_t>(c.x.volume()), -1.f, 1.f, ++seed);
+      auto narrow = [&](const std::vector<float>& v) {
+        std::vector<std::uint16_t> h(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) h[i] = core::float_to_half(v[i]);
+        return h;
+      };
+      auto wh = narrow(wf), bh = narrow(bf), xh = narrow(xf);
+      const void* wp = t == DataType::kFLOAT ? static_cast<const void*>(wf.data()) : wh.data();
+      const void* bp = t == DataType::kFLOAT ? static_cast<const void*>(bf.data()) : bh.data();
+      const void* xp = t == DataType::kFLOAT ? static_cast<const void*>(xf.data()) : xh.data();
+      auto graph = [&](Network& net) {
+        auto* x = net.add_input("x", t, c.x);
+        auto* l = net.add_convolution_nd(x, c.k, c.kernel, Weights(t, wp, static_cast<std::int64_t>(wf.size()), nullptr),
+                                         c.bias ? Weights(t, bp, c.k, nullptr) : Weights());
+        ConvolutionParams p = l->get();
+        p.stride = c.stride;
+        p.pre_padding = c.pre;
+        p.post_padding = c.post;
+        p.dilation = c.dilation;
+        p.num_groups = c.groups;
+        l->set(p);
+        auto* y = l->get_output(0);
+        y->set_name("y");
+        net.mark_output(y);
+      };
+      auto floats = [&](const auto& tensor) {  // an output as float32 values
+        std::vector<float> v(static_cast<std::size_t>(tensor.dims.volume()));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          v[i] = t == DataType::kFLOAT ? reinterpret_cast<const float*>(tensor.data.get())[i]
+                                       : core::half_to_float(reinterpret_cast<const std::uint16_t*>(tensor.data.get())[i]);
+        return v;
+      };
+      std::vector<float> ref;
+      const std::string what = "x " + c.x.str() + " kernel " + c.kernel.str() + " groups " + std::to_string(c.groups) +
+                               (t == DataType::kHALF ? " float16" : " float32");
+      for (int level : {-1, 0, 3}) {  // -1: the CPU reference
+        EngineBuild d;
+        d.inputs["x"] = InputShape::fixed(c.x);
+        d.settings.device = level < 0 ? "cpu" : "cuda:0";
+        if (level >= 0) d.settings.optimization_level = level;
+        const auto bytes = build_serialized_engine(graph, d);
+        Engine e = Engine::deserialize(bytes);
+        if (level >= 0 && nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0)
+          GTEST_SKIP() << "cuDNN is not available on this machine";
+        const std::string tactic = e.layers()[0].tactic;
+        if (level == 0) {  // cuDNN's first choice, except depthwise: the direct kernel
+          EXPECT_EQ(tactic.rfind(c.groups == cin ? "cuda.convolution" : "cuda.convolution.cudnn/", 0), 0u)
+              << what << ": " << tactic;
+          if (c.groups == cin) {
+            EXPECT_EQ(tactic, "cuda.convolution") << what;
+          }
+        }
+        auto r = e.create_execution().run({{"x", {t, c.x, xp}}});
+        const auto& y = r.at("y");
+        const std::vector<float> got = floats(y);
+        if (level < 0) {
+          ref = got;
+          continue;
+        }
+        ASSERT_EQ(got.size(), ref.size()) << what;
+        const double tol = t == DataType::kFLOAT ? 2e-5 : 4e-3;  // float32 sums in another order; 1-2 float16 ulp
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " level " << level << " at " << i
+                                                                      << " (" << tactic << ")";
+        // Reopened: the same plan, bit for bit the same results.
+        auto again = Engine::deserialize(bytes).create_execution().run({{"x", {t, c.x, xp}}});
+        EXPECT_EQ(std::memcmp(again.at("y").data.get(), y.data.get(), got.size() * element_size(t)), 0) << what;
+        if (level != 0 || !tactic.starts_with("cuda.convolution.cudnn/")) continue;
+        // An engine index cuDNN does not have: the backend's own convolution, same values.
+        plan::Plan pl = plan::read_engine(bytes, "test", nullptr);
+        std::size_t ci = 0;
+        while (ci < pl.graph.nodes.size() && pl.graph.nodes[ci].tactic != tactic) ++ci;
+        ASSERT_LT(ci, pl.graph.nodes.size()) << what;
+        pl.graph.nodes[ci].tactic = tactic.substr(0, tactic.find("/cfg:")) + "/cfg:999999/ws:0";
+        auto fallback = Engine::deserialize(plan::write_engine(pl)).create_execution().run({{"x", {t, c.x, xp}}});
+        const std::vector<float> fb = floats(fallback.at("y"));
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(fb[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " (fallback) at " << i;
+        for (const std::string& bad : {std::string("cuda.convolution.cudnn/x:1/cfg:0/ws:0"),
+                                      tactic.substr(0, tactic.find("/ws:"))}) {
+          pl.graph.nodes[ci].tactic = bad;
+          EXPECT_THROW(Engine::deserialize(plan::write_engine(pl)), CorruptEngineError) << what << ": " << bad;
+        }
+      }
+    }
+  }
+}
+
 // Q/DQ around a matrix multiply runs as an int8 (int32 sums) or fp8 GEMM on the GPU and agrees
 // with the CPU backend (which multiplies the dequantized operands): shapes cuBLASLt takes (K
 // and N multiples of 16) and shapes that fall back to dequantize + float GEMM; float32 and
@@ -284,7 +401,9 @@ TEST(Cuda, FusedActivationQuantizeMatchesSeparatePasses) {
         d.settings.device = device;
         d.settings.optimization_level = 0;  // the same GEMM algorithms in both engines
         Engine e = Engine::deserialize(build_serialized_engine(tensoracle::testing::two_quantized_layers(q, compute, keep_apart), d));
-        if (!keep_apart) EXPECT_EQ(e.layers().size(), 3u);
+        if (!keep_apart) {
+          EXPECT_EQ(e.layers().size(), 3u);
+        }
         auto r = e.create_execution().run({{"features", {DataType::kFLOAT, {40, 32}, x.data()}}}).at("result");
         const auto* p = reinterpret_cast<const float*>(r.data.get());
         return std::vector<float>(p, p + 40 * 8);

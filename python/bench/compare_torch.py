@@ -7,6 +7,8 @@ Workloads (PERFORMANCE.md's peers):
            and float8: fp8 e4m3 Q/DQ (per-tensor scales) around each float16 product, which the
            builder folds into fp8 GEMMs; timed against torch in float16 and against our float16
   gemm     8192^3 bfloat16 through an engine, against torch.matmul (cuBLAS) in the same run
+  conv     2 x (Conv2d 64->64, 3x3, padding 1, bias + ReLU) on 32 x 64 x 56 x 56 (a ResNet
+           stage's shape), float32 (no TF32) and float16, against torch with cudnn.benchmark on
 
 For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
 `--iterations` back-to-back launches) for: tensoracle (enqueue on a stream: eager the first
@@ -100,6 +102,28 @@ def engine_of(layers, x_shape, dtype, fp8_scales=None, level=3):
     return tensoracle.build_serialized_engine(graph, decl)
 
 
+def conv_engine(convs, dtype):
+    """A builder of y = relu(conv(x)) per torch Conv2d in `convs` (same weights): (shape, level) -> engine."""
+
+    def build(x_shape, level):
+        def graph(net):
+            t = net.add_input("x", TRT_DTYPE[dtype], tuple(x_shape))
+            for c in convs:
+                w = c.weight.detach().cpu().contiguous()
+                b = c.bias.detach().cpu().contiguous()
+                layer = net.add_convolution_nd(t, c.out_channels, c.kernel_size, _np(w), _np(b))
+                layer.padding_nd = c.padding
+                t = net.add_activation(layer.get_output(0), trt.ActivationType.RELU).get_output(0)
+            t.name = "y"
+            net.mark_output(t)
+
+        decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed(tuple(x_shape))},
+                                      tensoracle.BuilderSettings(device="cuda:0", optimization_level=level))
+        return tensoracle.build_serialized_engine(graph, decl)
+
+    return build
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         import ml_dtypes
@@ -110,7 +134,10 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None):
     stream = torch.cuda.Stream()
-    data = engine_of(layers, tuple(x.shape), dtype, fp8_scales, args.level)
+    if callable(layers):  # a builder of its own (conv_engine)
+        data = layers(tuple(x.shape), args.level)
+    else:
+        data = engine_of(layers, tuple(x.shape), dtype, fp8_scales, args.level)
     label = "float8" if fp8_scales else str(dtype).replace("torch.", "")
     if args.save:
         with open(f"{args.save}/{name}_{label}.engine", "wb") as f:
@@ -151,7 +178,7 @@ def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["linear", "mlp", "gemm"], action="append")
+    p.add_argument("--only", choices=["linear", "mlp", "gemm", "conv"], action="append")
     p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
                    help="mlp types; float8: fp8 Q/DQ around each float16 product, timed against torch in float16")
     p.add_argument("--iterations", type=int, default=50)
@@ -162,7 +189,7 @@ def main() -> int:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--save", metavar="DIR", help="also write each engine to DIR (for tensoracle bench --per-layer)")
     args = p.parse_args()
-    only = set(args.only or ["linear", "mlp", "gemm"])
+    only = set(args.only or ["linear", "mlp", "gemm", "conv"])
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
@@ -203,6 +230,15 @@ def main() -> int:
             flops = 2 * n**3
             r["tflops"] = {k: flops / (v * 1e-6) / 1e12 for k, v in r["times_us"].items()}
             print("gemm TFLOPS: " + "  ".join(f"{k} {v:.0f}" for k, v in r["tflops"].items()))
+    if "conv" in only:
+        torch.backends.cudnn.benchmark = True  # torch's best convolution algorithms, timed
+        for name in ["float32", "float16"]:
+            dtype = DTYPES[name]
+            convs = [torch.nn.Conv2d(64, 64, 3, padding=1).cuda().to(dtype) for _ in range(2)]
+            model = torch.nn.Sequential(*[m for c in convs for m in (c, torch.nn.ReLU())])
+            x = torch.randn(32, 64, 56, 56, device="cuda", dtype=dtype)
+            with torch.no_grad():
+                measure("conv", dtype, conv_engine(convs, dtype), x, lambda: model(x), args, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit,

@@ -124,6 +124,57 @@ def test_an_int8_products_bias_is_added_by_its_scale_pass(dtype, k):
         np.testing.assert_allclose(results["cuda:0"], gelu, atol=atol, rtol=rtol)
 
 
+CONV_PROBE = """
+import json, sys
+import numpy as np
+import tensoracle, tensoracle.trt as trt
+rng = np.random.default_rng(4)
+w = rng.uniform(-0.3, 0.3, (16, 8, 3, 3)).astype(np.float32)
+b = rng.uniform(-0.5, 0.5, 16).astype(np.float32)
+x = rng.uniform(-1, 1, (2, 8, 12, 12)).astype(np.float32)
+def graph(net):
+    t = net.add_input("x", trt.float32, x.shape)
+    layer = net.add_convolution_nd(t, 16, (3, 3), w, b)
+    layer.padding_nd = (1, 1)
+    y = layer.get_output(0)
+    y.name = "y"
+    net.mark_output(y)
+out = {}
+for device in ("cpu", "cuda:0"):
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed(x.shape)},
+                                  tensoracle.BuilderSettings(device=device, optimization_level=int(sys.argv[1])))
+    e = tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
+    out[device] = (e.create_execution().run({"x": x})["y"], e.layers()[0].tactic, json.loads(e.target_json()))
+err = float(np.abs(out["cuda:0"][0] - out["cpu"][0]).max())
+print(json.dumps({"tactic": out["cuda:0"][1], "cudnn": out["cuda:0"][2].get("cudnn"), "err": err}))
+"""
+
+
+@pytest.mark.parametrize("level", [0, 3])
+def test_convolutions_run_through_cudnn_unless_told_not_to(level):
+    """Where cuDNN opens, a convolution's tactic names its configuration (level 0: cuDNN's first
+    choice; level 3: the timed winner, which may be our own path) and the engine target its
+    version; TENSORACLE_CUDNN=0 keeps it closed. Both agree with the CPU backend."""
+    import os
+    import subprocess
+    import sys
+
+    def probe(**env):
+        done = subprocess.run([sys.executable, "-c", CONV_PROBE, str(level)], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, **env})
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    with_dnn, without = probe(), probe(TENSORACLE_CUDNN="0")
+    if with_dnn["cudnn"] == 0:
+        pytest.skip("cuDNN does not open on this machine")
+    assert with_dnn["cudnn"] >= 90000
+    if level == 0:
+        assert with_dnn["tactic"].startswith("cuda.convolution.cudnn/t:0/x:2x8x12x12/w:16x8x3x3/"), with_dnn
+    assert without == {"tactic": "cuda.convolution", "cudnn": 0, "err": without["err"]}
+    assert with_dnn["err"] < 2e-5 and without["err"] < 2e-5, (with_dnn, without)
+
+
 def test_torch_cuda_tensors_streams_and_graph_replay():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

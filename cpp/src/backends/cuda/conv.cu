@@ -682,7 +682,74 @@ std::size_t ConvolutionKernel::workspace_bytes(const TensorRef& x, const TensorR
   // Sizing only: the buffers need not exist yet (the builder asks before allocating).
   check_float(x, "convolution", "input 0");
   const Geo g = window_geo(params_, x, out, nullptr, nullptr, "convolution", false);
-  return conv_sizing(g, x.type).total;
+  return std::max(conv_sizing(g, x.type).total, dnn_ ? dnn_->workspace_bytes() : std::size_t{0});
+}
+
+std::optional<CudnnConvShape> ConvolutionKernel::cudnn_shape(const TensorRef& x, const TensorRef& kernel,
+                                                             const TensorRef& out, bool bias) const {
+  if (!is_float_type(x.type) || kernel.type != x.type || out.type != x.type) return std::nullopt;
+  const graph::TensorDesc kd{kernel.type, kernel.dims};
+  const Geo g = window_geo(params_, x, out, &kd, nullptr, "convolution", false);
+  if (g.N * g.C * g.in_sp == 0 || g.N * g.K * g.out_sp == 0 || g.Cg == 0 || g.Kg == 0) return std::nullopt;
+  CudnnConvShape s;
+  s.type = x.type;
+  s.accumulate = bias;
+  s.x = {g.N, g.C};
+  s.w = {g.K, g.Cg};
+  s.y = {g.N, g.K};
+  // 1 and 2 spatial dims as cuDNN's 2-D convolution (a leading 1), 3 as its 3-D one.
+  const int first = params_.kernel_size.rank() == 3 ? 0 : 1;
+  for (int i = first; i < kS; ++i) {
+    if (g.pre[i] < 0) return std::nullopt;
+    s.x.push_back(g.in[i]);
+    s.w.push_back(g.k[i]);
+    s.y.push_back(g.out[i]);
+    s.stride.push_back(g.s[i]);
+    s.dilation.push_back(g.d[i]);
+    s.pre.push_back(g.pre[i]);
+    // Enough padding after for the last window (positions past the input read zeros, as the CPU).
+    s.post.push_back(std::max<i64>(0, (g.out[i] - 1) * g.s[i] + (g.k[i] - 1) * g.d[i] + 1 - g.in[i] - g.pre[i]));
+  }
+  return s;
+}
+
+void ConvolutionKernel::use_cudnn(const CudnnContext& ctx, const CudnnConvShape& shape, const std::string& config,
+                                  std::size_t max_workspace) {
+  auto dnn = std::make_unique<CudnnConv>(ctx, shape);
+  dnn->select(config);
+  if (dnn->workspace_bytes() > max_workspace)
+    throw Error("[cuda] convolution '" + name_ + "': cuDNN's plan needs " + std::to_string(dnn->workspace_bytes()) +
+                " bytes of workspace, more than the " + std::to_string(max_workspace) + " reserved");
+  dnn_ = std::move(dnn);
+}
+
+bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
+                                  const TensorRef& out, void* workspace, cudaStream_t stream) const {
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kCudnnAlign == 0; };
+  if (!aligned(x.data) || !aligned(kernel.data) || !aligned(out.data)) return false;
+  const auto shape = cudnn_shape(x, kernel, out, bias != nullptr);
+  const CudnnConvShape& planned = dnn_->shape();
+  if (!shape || !(*shape == planned)) return false;  // another problem than the plan's: our own path
+  if (bias) {
+    const i64 n = out.dims.volume(), P = n / (out.dims[0] * out.dims[1]);
+    by_float(x.type, [&](auto tag) {
+      using Tag = decltype(tag);
+      using T = typename Tag::T;
+      by_index(all_small({n}), [&](auto ix) {
+        using I = decltype(ix);
+        bias_fill_kernel<Tag, I><<<blocks_for(n), kThreads, 0, stream>>>(
+            static_cast<T*>(out.data), static_cast<const T*>(bias->data), static_cast<I>(n), static_cast<I>(P),
+            static_cast<I>(out.dims[1]));
+      });
+    });
+    check_launch("convolution (bias before cuDNN)");
+  }
+  try {
+    dnn_->run(x.data, kernel.data, out.data, workspace, stream);
+  } catch (const Error& e) {
+    throw Error("[cuda] convolution '" + name_ + "': " + e.what());
+  }
+  return true;
 }
 
 void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
@@ -697,6 +764,7 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
   if (bias) bd = {bias->type, bias->dims};
   const Geo g = window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "convolution", false);
   if (n == 0) return;
+  if (dnn_ && run_cudnn(x, kernel, bias, out, workspace, stream)) return;
   const ConvSizing z = conv_sizing(g, x.type);
   if (z.total > 0 && workspace == nullptr)
     fail("convolution: this convolution needs a workspace (ConvolutionKernel::workspace_bytes)");

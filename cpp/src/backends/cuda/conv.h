@@ -45,9 +45,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
+#include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
 
@@ -72,13 +74,32 @@ class ConvolutionKernel {
   std::size_t workspace_bytes(const TensorRef& x, const TensorRef& kernel, const TensorRef& out) const;
   // x [N, C, spatial...], kernel [K, C / groups, k...] (any dims of that volume), optional bias
   // [K] (any dims of K elements), out [N, K, spatial...]; all one float type.
+  // With use_cudnn(): through cuDNN at exactly the shapes given there, when x, kernel and out
+  // are kCudnnAlign-aligned (a bias is first written into out, which cuDNN then accumulates
+  // onto in float32); at other shapes or alignments, the path above.
   void run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out, void* workspace,
            cudaStream_t stream) const;
 
+  // This convolution as a cuDNN problem at these shapes (data not read), or nullopt where cuDNN
+  // is not used: a type other than float32/float16/bfloat16, negative padding, an empty tensor.
+  std::optional<CudnnConvShape> cudnn_shape(const TensorRef& x, const TensorRef& kernel, const TensorRef& out,
+                                            bool bias) const;
+  // Runs `shape` through cuDNN's configuration `config` (CudnnConv::candidates); throws
+  // tensoracle::Error when its plan cannot be built here or needs more than `max_workspace`
+  // bytes (what the engine reserved when it was built). workspace_bytes() then covers it.
+  void use_cudnn(const CudnnContext& ctx, const CudnnConvShape& shape, const std::string& config,
+                 std::size_t max_workspace);
+  bool uses_cudnn() const { return dnn_ != nullptr; }
+
  private:
+  // The cuDNN path of run(); false (nothing launched) where it does not apply.
+  bool run_cudnn(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
+                 void* workspace, cudaStream_t stream) const;
+
   std::string name_;
   ConvolutionParams params_;
   std::unique_ptr<StridedGemm> gemm_;
+  std::unique_ptr<CudnnConv> dnn_;
 };
 
 class DeconvolutionKernel {

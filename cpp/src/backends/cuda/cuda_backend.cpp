@@ -13,10 +13,12 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/tuning.h"
@@ -99,6 +101,83 @@ std::pair<std::size_t, cuda::GemmEpilogue> lt_epilogue(const graph::Graph& g, co
   return {1, cuda::GemmEpilogue::kBIAS};
 }
 
+
+// Fills `bytes` of device memory at `p` with values of magnitude 0.5 to 1, random signs and
+// mantissas (int8: any byte), for timing candidates: tensor cores run measurably faster on
+// zeros (less switching), which would mislead the timing. The values never reach an engine.
+void fill_random(void* p, std::size_t bytes, DataType type, std::uint64_t& seed) {
+  std::vector<std::uint32_t> host((bytes + 3) / 4);
+  for (auto& word : host) {
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    const auto r = static_cast<std::uint32_t>(seed);
+    switch (type) {
+      case DataType::kFLOAT: word = (r & 0x807FFFFFu) | 0x3F000000u; break;
+      case DataType::kHALF: word = (r & 0x83FF83FFu) | 0x38003800u; break;
+      case DataType::kBF16: word = (r & 0x807F807Fu) | 0x3F003F00u; break;
+      case DataType::kINT8: word = r; break;
+      case DataType::kFP8: word = r & 0xBFBFBFBFu; break;  // exponents below 8: finite, below 1
+      default: word = 0;
+    }
+  }
+  check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "filling tuning buffers");
+}
+
+// Times `count` candidates on `stream` (launch(i) enqueues candidate i once; a tensoracle::Error
+// from it or from the GPU marks the candidate failed) in interleaved rounds: each candidate's
+// first runs (loading its kernels) give an estimate; ~20 ms of the first working one let the
+// clocks settle; then rounds of ~1 ms per candidate (at least one run), 3 rounds instead of 7
+// for slow candidates. Returns each candidate's time per run (ms) in every round; empty for a
+// candidate that failed. tuning.h's choose_timed picks from it.
+std::vector<std::vector<double>> time_candidates(std::size_t count, cudaStream_t stream,
+                                                 const std::function<void(std::size_t)>& launch) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "creating timing events");
+  if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+    cudaEventDestroy(start);
+    check(e, "creating timing events");
+  }
+  auto ms_per_run = [&](std::size_t i, int runs) {
+    check(cudaEventRecord(start, stream), "timing a candidate");
+    for (int r = 0; r < runs; ++r) launch(i);
+    check(cudaEventRecord(stop, stream), "timing a candidate");
+    check(cudaEventSynchronize(stop), "timing a candidate");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    return static_cast<double>(ms) / runs;
+  };
+  std::vector<std::vector<double>> times(count);
+  std::vector<bool> failed(count, false);
+  auto attempt = [&](std::size_t i, auto&& f) {
+    if (failed[i]) return;
+    try {
+      f();
+    } catch (const Error&) {
+      cudaGetLastError();
+      cudaStreamSynchronize(stream);
+      failed[i] = true;
+      times[i].clear();
+    }
+  };
+  double estimate = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    attempt(i, [&] {
+      launch(i);
+      estimate = std::max(estimate, ms_per_run(i, 1));
+    });
+  const auto first_ok = std::find(failed.begin(), failed.end(), false);
+  if (first_ok != failed.end() && estimate > 0) {
+    const std::size_t warm = static_cast<std::size_t>(first_ok - failed.begin());
+    attempt(warm, [&] { ms_per_run(warm, std::clamp(static_cast<int>(20 / estimate), 2, 1000)); });
+    const int reps = std::clamp(static_cast<int>(1 / estimate), 1, 10);
+    const int rounds = estimate * reps * 7 * static_cast<double>(count) > 1000 ? 3 : 7;
+    for (int r = 0; r < rounds; ++r)
+      for (std::size_t i = 0; i < count; ++i) attempt(i, [&] { times[i].push_back(ms_per_run(i, reps)); });
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times;
+}
+
 class CudaBackend;
 
 class CudaNodeKernel final : public NodeKernel {
@@ -160,7 +239,7 @@ class CudaNodeKernel final : public NodeKernel {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int index) : index_(index) {
+  explicit CudaBackend(int index) : index_(index), dnn_(index) {
     DeviceGuard guard(index_);
     check(cudaGetDeviceProperties(&prop_, index_), "reading the properties of device " + std::to_string(index_));
     cudaDriverGetVersion(&driver_);
@@ -173,6 +252,7 @@ class CudaBackend final : public Backend {
 
   int index() const { return index_; }
   cublasLtHandle_t lt() const { return lt_; }
+  const cuda::CudnnContext& dnn() const { return dnn_; }
 
   std::string name() const override { return "cuda"; }
   std::string device() const override { return "cuda:" + std::to_string(index_); }
@@ -183,7 +263,8 @@ class CudaBackend final : public Backend {
             {"compute_capability", std::to_string(prop_.major) + "." + std::to_string(prop_.minor)},
             {"driver", driver_},
             {"runtime", runtime_},
-            {"cublaslt", cublasLtGetVersion()}};
+            {"cublaslt", cublasLtGetVersion()},
+            {"cudnn", cuda::cudnn_version()}};  // 0: none (convolutions without cuDNN)
   }
 
   void check_compatible(const nlohmann::json& t) const override {
@@ -242,6 +323,7 @@ class CudaBackend final : public Backend {
   std::string choose_tactic(const graph::Graph& g, const graph::Node& n, std::span<const graph::TensorDesc> in,
                             const graph::TensorDesc& out, int level) const override {
     std::string base = tactics(g, n).front();
+    if (const auto* cp = std::get_if<ConvolutionParams>(&n.params)) return choose_convolution(g, n, *cp, in, level);
     const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
     if (!mm || level < 2) return base;
     // The matrix multiply's own result at these shapes (n.main_desc may hold -1s).
@@ -253,29 +335,14 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(index_);
     const DataType quantized = n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT;
     cuda::Gemm gemm(lt_, n.name, *mm, epilogue, quantized);
-    // Scratch operands filled with values of magnitude 0.5 to 1 and random signs and mantissas:
-    // tensor cores run measurably faster on zeros (less switching), which would mislead the
-    // timing. The values never reach an engine.
+    // Scratch operands of random values (fill_random).
     std::vector<void*> owned;
     std::uint64_t seed = 0x9e3779b97f4a7c15ull;
     auto scratch = [&](std::size_t bytes, DataType type = DataType::kINT8) {
       bytes = std::max<std::size_t>(bytes, 256);
       void* p = allocate(bytes);
       owned.push_back(p);
-      std::vector<std::uint32_t> host((bytes + 3) / 4);
-      for (auto& word : host) {
-        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-        const auto r = static_cast<std::uint32_t>(seed);
-        switch (type) {
-          case DataType::kFLOAT: word = (r & 0x807FFFFFu) | 0x3F000000u; break;
-          case DataType::kHALF: word = (r & 0x83FF83FFu) | 0x38003800u; break;
-          case DataType::kBF16: word = (r & 0x807F807Fu) | 0x3F003F00u; break;
-          case DataType::kINT8: word = r; break;
-          case DataType::kFP8: word = r & 0xBFBFBFBFu; break;  // exponents below 8: finite, below 1
-          default: word = 0;
-        }
-      }
-      check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "filling tuning buffers");
+      fill_random(p, bytes, type, seed);
       return p;
     };
     std::string best;
@@ -308,59 +375,18 @@ class CudaBackend final : public Backend {
       void* ws = scratch(gemm.workspace_bytes(as[0], bs[0], o));
       auto algos = gemm.candidates(as[0], bs[0], bias, o, 8, scales);
       cudaStream_t stream = static_cast<cudaStream_t>(create_stream());
-      cudaEvent_t start, stop;
-      cudaEventCreate(&start);
-      cudaEventCreate(&stop);
       std::size_t turn = 0;
-      auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-        gemm.run_with(algo, as[turn % copies], bs[turn % copies], bias, o, ws, stream, scales);
-        ++turn;
-      };
-      auto ms_per_run = [&](const cublasLtMatmulAlgo_t& algo, int runs) {
-        cudaEventRecord(start, stream);
-        for (int i = 0; i < runs; ++i) run(algo);
-        cudaEventRecord(stop, stream);
-        check(cudaEventSynchronize(stop), "timing a GEMM algorithm");
-        float ms = 0;
-        cudaEventElapsedTime(&ms, start, stop);
-        return static_cast<double>(ms) / runs;
-      };
-      // Candidate i's time per run in each round; empty once it failed to run (not a choice).
-      std::vector<std::vector<double>> times(algos.size());
-      std::vector<bool> failed(algos.size(), false);
-      auto attempt = [&](std::size_t i, auto&& f) {
-        if (failed[i]) return;
-        try {
-          f();
-        } catch (const Error&) {
-          cudaGetLastError();
-          failed[i] = true;
-          times[i].clear();
-        }
-      };
-      // Each candidate's first runs (loading its kernels) and a first estimate of its time.
-      double estimate = 0;
-      for (std::size_t i = 0; i < algos.size(); ++i)
-        attempt(i, [&] {
-          run(algos[i]);
-          estimate = std::max(estimate, ms_per_run(algos[i], 1));
+      try {
+        const auto times = time_candidates(algos.size(), stream, [&](std::size_t i) {
+          gemm.run_with(algos[i], as[turn % copies], bs[turn % copies], bias, o, ws, stream, scales);
+          ++turn;
         });
-      const auto first_ok = std::find(failed.begin(), failed.end(), false);
-      if (first_ok != failed.end() && estimate > 0) {
-        // ~20 ms of the first working candidate so the clocks settle before anything counts;
-        // then rounds of ~1 ms per candidate (at least one run), fewer rounds for slow GEMMs.
-        const std::size_t warm = static_cast<std::size_t>(first_ok - failed.begin());
-        attempt(warm, [&] { ms_per_run(algos[warm], std::clamp(static_cast<int>(20 / estimate), 2, 1000)); });
-        const int reps = std::clamp(static_cast<int>(1 / estimate), 1, 10);
-        const int rounds = estimate * reps * 7 * static_cast<double>(algos.size()) > 1000 ? 3 : 7;
-        for (int r = 0; r < rounds; ++r)
-          for (std::size_t i = 0; i < algos.size(); ++i)
-            attempt(i, [&] { times[i].push_back(ms_per_run(algos[i], reps)); });
+        const int chosen = cuda::choose_timed(times, kTunedMargin);
+        if (chosen >= 0) best = cuda::algo_to_hex(algos[static_cast<std::size_t>(chosen)]);
+      } catch (...) {
+        destroy_stream(stream);
+        throw;
       }
-      const int chosen = cuda::choose_timed(times, kTunedMargin);
-      if (chosen >= 0) best = cuda::algo_to_hex(algos[static_cast<std::size_t>(chosen)]);
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
       destroy_stream(stream);
     } catch (...) {
       for (void* p : owned) deallocate(p);
@@ -368,6 +394,95 @@ class CudaBackend final : public Backend {
     }
     for (void* p : owned) deallocate(p);
     return best.empty() ? base : base + "/algo:" + best;
+  }
+
+  // Convolutions at fixed shapes where cuDNN is available: level 0 and 1 take cuDNN's first
+  // usable configuration (cudnn_conv.h says which are usable), except for depthwise convolutions,
+  // which keep the backend's direct kernel; from level 2 the backend's own path and cuDNN's first
+  // 8 usable configurations are timed as GEMMs are (cuDNN's first kept unless beaten by more than
+  // kTunedMargin; the direct kernel first for depthwise). The tactic stores the problem and the
+  // configuration: "cuda.convolution.cudnn/<shape>/cfg:<configuration>".
+  std::string choose_convolution(const graph::Graph& g, const graph::Node& n, const ConvolutionParams& p,
+                                 std::span<const graph::TensorDesc> in, int level) const {
+    const std::string base = tactics(g, n).front();
+    std::vector<graph::InputFacts> facts(in.size());
+    const graph::TensorDesc main = graph::infer_main(n, in, facts);
+    if (!main.dims.all_known() || !in[0].dims.all_known() || !in[1].dims.all_known()) return base;
+    const bool has_bias = n.inputs.size() > 2;
+    DeviceGuard guard(index_);
+    cuda::ConvolutionKernel plain(lt_, n.name, p);
+    std::optional<cuda::CudnnConvShape> shape;
+    std::vector<cuda::CudnnConv::Candidate> configs;
+    try {
+      shape = plain.cudnn_shape({nullptr, in[0].type, in[0].dims}, {nullptr, in[1].type, in[1].dims},
+                                {nullptr, main.type, main.dims}, has_bias);
+      if (!shape || !dnn_.handle()) return base;
+      cuda::CudnnConv problem(dnn_, *shape);
+      configs = problem.candidates(level >= 2 ? 8 : 1, cuda::kChunkBytes);
+    } catch (const Error&) {
+      return base;  // cuDNN refuses the problem: the backend's own path
+    }
+    if (configs.empty()) return base;
+    auto tactic_of = [&](const cuda::CudnnConv::Candidate& c) {
+      return cuda::format_cudnn_tactic({*shape, c.config, c.workspace});
+    };
+    const bool depthwise = shape->w[1] == 1;
+    if (level < 2) return depthwise ? base : tactic_of(configs[0]);
+
+    // Candidates: [cuDNN's first, ours, cuDNN's others] (ours first for depthwise).
+    std::vector<std::string> names;
+    std::vector<std::unique_ptr<cuda::ConvolutionKernel>> kernels;
+    auto add = [&](const cuda::CudnnConv::Candidate* c) {
+      auto k = std::make_unique<cuda::ConvolutionKernel>(lt_, n.name, p);
+      if (c) {
+        try {
+          k->use_cudnn(dnn_, *shape, c->config, c->workspace);
+        } catch (const Error&) {
+          return;
+        }
+      }
+      kernels.push_back(std::move(k));
+      names.push_back(c ? tactic_of(*c) : base);
+    };
+    if (depthwise) add(nullptr);
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      if (i == 1 && !depthwise) add(nullptr);
+      add(&configs[i]);
+    }
+    if (!depthwise && configs.size() == 1) add(nullptr);
+    std::vector<void*> owned;
+    std::uint64_t seed = 0x9e3779b97f4a7c15ull;
+    auto scratch = [&](const graph::TensorDesc& d) {
+      const std::size_t bytes = std::max<std::size_t>(bytes_of(d), 256);
+      void* ptr = allocate(bytes);
+      owned.push_back(ptr);
+      fill_random(ptr, bytes, d.type, seed);
+      return ptr;
+    };
+    std::string best = base;
+    cudaStream_t stream = nullptr;
+    try {
+      const cuda::TensorRef x{scratch(in[0]), in[0].type, in[0].dims}, w{scratch(in[1]), in[1].type, in[1].dims};
+      const cuda::TensorRef o{scratch(main), main.type, main.dims};
+      cuda::TensorRef b;
+      if (has_bias) b = {scratch(in[2]), in[2].type, in[2].dims};
+      std::size_t ws_bytes = 0;
+      for (const auto& k : kernels) ws_bytes = std::max(ws_bytes, k->workspace_bytes(x, w, o));
+      void* ws = ws_bytes ? scratch({DataType::kINT8, Dims{static_cast<std::int64_t>(ws_bytes)}}) : nullptr;
+      stream = static_cast<cudaStream_t>(create_stream());
+      const auto times = time_candidates(kernels.size(), stream, [&](std::size_t i) {
+        kernels[i]->run(x, w, has_bias ? &b : nullptr, o, ws, stream);
+      });
+      const int chosen = cuda::choose_timed(times, kTunedMargin);
+      if (chosen >= 0) best = names[static_cast<std::size_t>(chosen)];
+    } catch (...) {
+      if (stream) destroy_stream(stream);
+      for (void* ptr : owned) deallocate(ptr);
+      throw;
+    }
+    destroy_stream(stream);
+    for (void* ptr : owned) deallocate(ptr);
+    return best;
   }
 
   MemoryKind memory() const override { return MemoryKind::kDevice; }
@@ -492,13 +607,28 @@ class CudaBackend final : public Backend {
   cudaDeviceProp prop_{};
   int driver_ = 0, runtime_ = 0;
   cublasLtHandle_t lt_ = nullptr;
+  cuda::CudnnContext dnn_;
 };
 
 CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g, const graph::Node& n)
     : backend_(backend), node_(n) {
   for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
-  if (const auto* c = std::get_if<ConvolutionParams>(&n.params))
+  if (const auto* c = std::get_if<ConvolutionParams>(&n.params)) {
     conv_ = std::make_unique<cuda::ConvolutionKernel>(backend.lt(), n.name, *c);
+    if (n.tactic.starts_with(cuda::kCudnnTacticPrefix)) {
+      cuda::CudnnTactic t;
+      if (!cuda::parse_cudnn_tactic(n.tactic, t))
+        throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's cuDNN convolution is malformed");
+      try {
+        conv_->use_cudnn(backend.dnn(), t.shape, t.config, t.workspace);
+      } catch (const CorruptEngineError&) {
+        throw;
+      } catch (const Error&) {
+        // cuDNN missing here, or its configuration does not build with this cuDNN: the backend's
+        // own convolution (same results within float32 rounding; slower).
+      }
+    }
+  }
   if (const auto* d = std::get_if<DeconvolutionParams>(&n.params))
     deconv_ = std::make_unique<cuda::DeconvolutionKernel>(backend.lt(), n.name, *d);
   if (const auto* e = std::get_if<EinsumParams>(&n.params)) einsum_ = std::make_unique<cuda::EinsumKernel>(backend.lt(), n.name, *e);

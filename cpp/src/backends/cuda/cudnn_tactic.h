@@ -1,0 +1,162 @@
+// Internal to the CUDA backend, and free of CUDA so that the CPU tests and a fuzz target can
+// check it: how a cuDNN convolution is written into an engine's tactic and read back.
+//
+//   cuda.convolution.cudnn/t:<type>/x:<dims>/w:<dims>/y:<dims>/s:<stride>/d:<dilation>
+//       /p:<padding before>/q:<padding after>/a:<0|1>/cfg:<configuration>/ws:<bytes>
+//
+// dims are 'x'-separated decimals (x, w, y: 4 or 5 of them, >= 1; the spatial fields: 2 or 3,
+// stride and dilation >= 1, padding >= 0); the type is DataType's value (float32, float16 or
+// bfloat16); a: 1 when a bias was written into y first; the configuration is cuDNN's engine
+// global index then ",<knob type>=<value>" per knob; ws: the workspace the engine reserved for
+// the plan. Engine files are untrusted input: parse_cudnn_tactic accepts exactly what
+// format_cudnn_tactic writes and rejects anything else without reading out of bounds.
+#pragma once
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "tensoracle/types.h"
+
+namespace tensoracle::cuda {
+
+inline constexpr std::string_view kCudnnTacticPrefix = "cuda.convolution.cudnn/";
+
+// The problem, in cuDNN's terms: x [N, C, spatial...], w [K, C / groups, k...], y [N, K, ...]
+// (packed, 2 or 3 spatial dims), per spatial dim stride, dilation and padding before/after.
+struct CudnnConvShape {
+  DataType type = DataType::kFLOAT;
+  std::vector<std::int64_t> x, w, y, stride, dilation, pre, post;
+  bool accumulate = false;  // y = conv + y (a bias already in y)
+  bool operator==(const CudnnConvShape&) const = default;
+};
+
+struct CudnnTactic {
+  CudnnConvShape shape;
+  std::string config;          // "<engine global index>[,<knob type>=<value>]..."
+  std::size_t workspace = 0;   // bytes reserved at build time
+};
+
+namespace detail {
+
+inline std::string join_dims(const std::vector<std::int64_t>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
+  return s;
+}
+
+// A whole decimal as std::to_string writes it (optionally negative; no leading zeros, no "-0"),
+// nothing else.
+template <class T>
+bool whole_number(std::string_view s, T& out) {
+  const std::string_view digits = s.substr(s.starts_with('-') ? 1 : 0);
+  if (digits.empty() || (digits[0] == '0' && s.size() > 1)) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+inline bool split_dims(std::string_view s, std::vector<std::int64_t>& out) {
+  out.clear();
+  while (true) {
+    const auto x = s.find('x');
+    std::int64_t v = 0;
+    if (!whole_number(s.substr(0, x), v) || out.size() == 8) return false;
+    out.push_back(v);
+    if (x == std::string_view::npos) return true;
+    s.remove_prefix(x + 1);
+  }
+}
+
+}  // namespace detail
+
+// "<engine global index>[,<knob type>=<value>]..." into its parts; false when malformed.
+inline bool parse_cudnn_config(std::string_view text, std::int64_t& global,
+                               std::vector<std::pair<int, std::int64_t>>& knobs) {
+  knobs.clear();
+  bool first = true;
+  while (true) {
+    const auto comma = text.find(',');
+    const std::string_view part = text.substr(0, comma);
+    if (first) {
+      if (!detail::whole_number(part, global) || global < 0) return false;
+      first = false;
+    } else {
+      const auto eq = part.find('=');
+      int type = 0;
+      std::int64_t value = 0;
+      if (eq == std::string_view::npos || !detail::whole_number(part.substr(0, eq), type) || type < 0 ||
+          !detail::whole_number(part.substr(eq + 1), value) || knobs.size() == 64)
+        return false;
+      knobs.emplace_back(type, value);
+    }
+    if (comma == std::string_view::npos) return true;
+    text.remove_prefix(comma + 1);
+  }
+}
+
+inline std::string format_cudnn_tactic(const CudnnTactic& t) {
+  using detail::join_dims;
+  const CudnnConvShape& s = t.shape;
+  return std::string(kCudnnTacticPrefix) + "t:" + std::to_string(static_cast<int>(s.type)) + "/x:" + join_dims(s.x) +
+         "/w:" + join_dims(s.w) + "/y:" + join_dims(s.y) + "/s:" + join_dims(s.stride) + "/d:" + join_dims(s.dilation) +
+         "/p:" + join_dims(s.pre) + "/q:" + join_dims(s.post) + "/a:" + (s.accumulate ? "1" : "0") + "/cfg:" + t.config +
+         "/ws:" + std::to_string(t.workspace);
+}
+
+// Exactly format_cudnn_tactic's output (fields in its order); false for anything else.
+inline bool parse_cudnn_tactic(std::string_view text, CudnnTactic& out) {
+  if (text.substr(0, kCudnnTacticPrefix.size()) != kCudnnTacticPrefix) return false;
+  text.remove_prefix(kCudnnTacticPrefix.size());
+  CudnnTactic t;
+  CudnnConvShape& s = t.shape;
+  std::vector<std::int64_t>* dims[] = {nullptr, &s.x, &s.w, &s.y, &s.stride, &s.dilation, &s.pre, &s.post};
+  constexpr std::string_view keys[] = {"t:", "x:", "w:", "y:", "s:", "d:", "p:", "q:", "a:", "cfg:", "ws:"};
+  for (std::size_t k = 0; k < std::size(keys); ++k) {
+    if (text.substr(0, keys[k].size()) != keys[k]) return false;
+    text.remove_prefix(keys[k].size());
+    const bool last = k + 1 == std::size(keys);
+    const auto slash = last ? std::string_view::npos : text.find('/');
+    if (!last && slash == std::string_view::npos) return false;
+    const std::string_view value = text.substr(0, slash);
+    if (k == 0) {
+      int type = -1;
+      if (!detail::whole_number(value, type) ||
+          (type != static_cast<int>(DataType::kFLOAT) && type != static_cast<int>(DataType::kHALF) &&
+           type != static_cast<int>(DataType::kBF16)))
+        return false;
+      s.type = static_cast<DataType>(type);
+    } else if (k < 8) {
+      if (!detail::split_dims(value, *dims[k])) return false;
+    } else if (k == 8) {
+      if (value != "0" && value != "1") return false;
+      s.accumulate = value == "1";
+    } else if (k == 9) {
+      std::int64_t global = 0;
+      std::vector<std::pair<int, std::int64_t>> knobs;
+      if (!parse_cudnn_config(value, global, knobs)) return false;
+      t.config = std::string(value);
+    } else if (!detail::whole_number(value, t.workspace)) {
+      return false;
+    }
+    if (!last) text.remove_prefix(slash + 1);
+  }
+  const std::size_t r = s.x.size();
+  if ((r != 4 && r != 5) || s.w.size() != r || s.y.size() != r) return false;
+  for (const auto* d : {&s.stride, &s.dilation, &s.pre, &s.post})
+    if (d->size() != r - 2) return false;
+  for (const auto* d : {&s.x, &s.w, &s.y, &s.stride, &s.dilation})
+    for (auto v : *d)
+      if (v < 1) return false;
+  for (const auto* d : {&s.pre, &s.post})
+    for (auto v : *d)
+      if (v < 0) return false;
+  out = std::move(t);
+  return true;
+}
+
+}  // namespace tensoracle::cuda

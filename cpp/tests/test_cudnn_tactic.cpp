@@ -1,0 +1,124 @@
+// How a cuDNN convolution is written into an engine's tactic and read back
+// (backends/cuda/cudnn_tactic.h): CUDA-free, so it runs here. Engine files are untrusted input:
+// everything but format_cudnn_tactic's own output is refused.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "backends/cuda/cudnn_tactic.h"
+
+using namespace tensoracle;
+using namespace tensoracle::cuda;
+
+namespace {
+
+CudnnTactic sample() {
+  CudnnTactic t;
+  t.shape.type = DataType::kHALF;
+  t.shape.x = {32, 64, 56, 56};
+  t.shape.w = {64, 64, 3, 3};
+  t.shape.y = {32, 64, 56, 56};
+  t.shape.stride = {1, 1};
+  t.shape.dilation = {1, 1};
+  t.shape.pre = {1, 1};
+  t.shape.post = {1, 1};
+  t.shape.accumulate = true;
+  t.config = "62,2=4,13=0,18=0,25=1,27=7,28=1";
+  t.workspace = 4096;
+  return t;
+}
+
+}  // namespace
+
+TEST(CudnnTactic, RoundTrips) {
+  for (int variant = 0; variant < 3; ++variant) {
+    CudnnTactic t = sample();
+    if (variant == 1) {  // 3-D, bfloat16, no bias, no knobs
+      t.shape = {DataType::kBF16, {1, 4, 6, 7, 8}, {8, 4, 3, 3, 3}, {1, 8, 6, 7, 8}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
+                 {1, 1, 1}, false};
+      t.config = "7";
+      t.workspace = 0;
+    }
+    if (variant == 2) t.shape.type = DataType::kFLOAT;
+    const std::string text = format_cudnn_tactic(t);
+    CudnnTactic back;
+    ASSERT_TRUE(parse_cudnn_tactic(text, back)) << text;
+    EXPECT_EQ(back.shape, t.shape) << text;
+    EXPECT_EQ(back.config, t.config);
+    EXPECT_EQ(back.workspace, t.workspace);
+    EXPECT_EQ(format_cudnn_tactic(back), text);
+  }
+  EXPECT_EQ(format_cudnn_tactic(sample()),
+            "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:1"
+            "/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096");
+}
+
+TEST(CudnnTactic, RefusesWhatItDoesNotWrite) {
+  const std::string good = format_cudnn_tactic(sample());
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  const std::string bad[] = {
+      "",
+      "cuda.convolution",
+      "cuda.convolution.cudnn/",
+      good.substr(0, good.size() - 5),                 // cut inside ws
+      good + "/",                                      // trailing field separator
+      good + "x",                                      // ws not a number
+      replaced("t:1", "t:2"),                          // int8: not a float type
+      replaced("t:1", "t:-0"),
+      replaced("x:32x64x56x56", "x:32x64x56"),         // rank 3
+      replaced("x:32x64x56x56", "x:32x64x0x56"),       // empty dim
+      replaced("x:32x64x56x56", "x:32x64x56x56x1x1x1x1x1"),
+      replaced("x:32x64x56x56", "x:32xx64x56x56"),
+      replaced("x:32x64x56x56", "x:32x64x56x99999999999999999999"),
+      replaced("s:1x1", "s:1"),                        // spatial rank mismatch
+      replaced("s:1x1", "s:0x1"),
+      replaced("p:1x1", "p:-1x1"),
+      replaced("a:1", "a:2"),
+      replaced("cfg:62,", "cfg:-62,"),
+      replaced("cfg:62,", "cfg:62,,"),
+      replaced("2=4", "2=="),
+      replaced("2=4", "=4"),
+      replaced("/w:", "/W:"),
+      replaced("/s:1x1/d:1x1", "/d:1x1/s:1x1"),       // fields out of order
+      replaced("/ws:4096", "/ws:-1"),
+      replaced("/ws:4096", ""),
+  };
+  for (const auto& s : bad) {
+    CudnnTactic t;
+    EXPECT_FALSE(parse_cudnn_tactic(s, t)) << s;
+  }
+}
+
+// Random edits of a good tactic (bytes changed, inserted, removed, truncated): the parser
+// accepts only strings that format back to themselves, and never reads out of bounds (the
+// sanitizers of the fuzz build check that; fuzz_cudnn_tactic does the same on arbitrary bytes).
+TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
+  const std::string good = format_cudnn_tactic(sample());
+  const std::string alphabet = "0123456789x/:,=-tawyqpdsc";
+  std::mt19937 rng(7);
+  int accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string s = good;
+    for (int e = 0, edits = 1 + static_cast<int>(rng() % 3); e < edits && !s.empty(); ++e) {
+      const std::size_t at = rng() % s.size();
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 4) {
+        case 0: s[at] = c; break;
+        case 1: s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+        case 2: s.erase(at, 1); break;
+        default: s.resize(at); break;
+      }
+    }
+    CudnnTactic t;
+    if (parse_cudnn_tactic(s, t)) {
+      ++accepted;
+      EXPECT_EQ(format_cudnn_tactic(t), s);
+    }
+  }
+  EXPECT_GT(accepted, 0);  // e.g. a digit changed inside a number
+}
