@@ -307,6 +307,46 @@ TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
   }
 }
 
+// A cuDNN plan is built for the profile's opt shapes; other batch sizes of a ranged profile run
+// the backend's own path, in the workspace reserved for the profile's max, and agree with the CPU.
+TEST(Cuda, CudnnConvolutionAtOtherShapesTakesTheOwnPath) {
+  static std::vector<float> w = uniform(16 * 8 * 3 * 3, -0.3f, 0.3f, 31);
+  static std::vector<float> bias = uniform(16, -0.5f, 0.5f, 32);
+  auto graph = [](Network& net) {
+    auto* x = net.add_input("x", DataType::kFLOAT, {-1, 8, 11, 11});
+    auto* l = net.add_convolution_nd(x, 16, {3, 3}, Weights(DataType::kFLOAT, w.data(), static_cast<std::int64_t>(w.size()), nullptr),
+                                     Weights(DataType::kFLOAT, bias.data(), 16, nullptr));
+    ConvolutionParams p = l->get();
+    p.pre_padding = p.post_padding = {1, 1};
+    l->set(p);
+    l->get_output(0)->set_name("y");
+    net.mark_output(l->get_output(0));
+  };
+  std::vector<Engine> engines;
+  for (const char* device : {"cpu", "cuda:0"}) {
+    EngineBuild d;
+    d.inputs["x"] = InputShape::ranged({1, 8, 11, 11}, {2, 8, 11, 11}, {5, 8, 11, 11});
+    d.settings.device = device;
+    d.settings.optimization_level = 0;
+    engines.push_back(Engine::deserialize(build_serialized_engine(graph, d)));
+  }
+  if (nlohmann::json::parse(engines[1].target_json()).value("cudnn", 0) == 0)
+    GTEST_SKIP() << "cuDNN is not available on this machine";
+  EXPECT_TRUE(engines[1].layers()[0].tactic.starts_with("cuda.convolution.cudnn/t:0/x:2x8x11x11/"))
+      << engines[1].layers()[0].tactic;
+  auto cpu = engines[0].create_execution();
+  auto gpu = engines[1].create_execution();
+  for (std::int64_t n : {2, 1, 5, 2}) {
+    auto x = uniform(static_cast<std::size_t>(n * 8 * 11 * 11), -1.f, 1.f, 40 + static_cast<int>(n));
+    const std::map<std::string, HostTensorView> in = {{"x", {DataType::kFLOAT, {n, 8, 11, 11}, x.data()}}};
+    auto a = cpu.run(in), b = gpu.run(in);
+    ASSERT_EQ(b.at("y").dims, (Dims{n, 16, 11, 11}));
+    const auto* pa = reinterpret_cast<const float*>(a.at("y").data.get());
+    const auto* pb = reinterpret_cast<const float*>(b.at("y").data.get());
+    for (std::int64_t i = 0; i < n * 16 * 11 * 11; ++i) ASSERT_NEAR(pb[i], pa[i], 2e-5 * (1 + std::fabs(pa[i]))) << n << " " << i;
+  }
+}
+
 // Q/DQ around a matrix multiply runs as an int8 (int32 sums) or fp8 GEMM on the GPU and agrees
 // with the CPU backend (which multiplies the dequantized operands): shapes cuBLASLt takes (K
 // and N multiples of 16) and shapes that fall back to dequantize + float GEMM; float32 and
