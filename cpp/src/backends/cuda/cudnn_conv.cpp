@@ -6,7 +6,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <string_view>
 #include <utility>

@@ -3,12 +3,12 @@
 // cuDNN is opened at run time (dlopen of libcudnn.so.9, found through the backend library's
 // run path: the nvidia-cudnn-cu13 wheel beside the Python package, or the system's). Without it
 // the backend still works: convolutions keep the im2col + cuBLASLt path (conv.h), as they do with
-// TENSORACLE_CUDNN=0 in the environment (read once per process). The backend is
-// compiled against cuDNN's headers only (TENSORACLE_HAVE_CUDNN); without the headers, cudnn()
-// always says "not available".
+// TENSORACLE_CUDNN=0 in the environment (read once per process). The backend is compiled
+// against cuDNN's headers only (TENSORACLE_HAVE_CUDNN); without the headers, cudnn_version() is
+// always 0 and no CudnnConv can be made.
 //
-// A CudnnConv is one operation graph (its problem: CudnnConvShape, cudnn_tactic.h): a cross-correlation at fixed shapes, float32 compute, the
-// output blended as y = conv(x, w) + beta * y (beta 1 when a bias was written into y first, so
+// A CudnnConv is one operation graph (its problem: CudnnConvShape, cudnn_tactic.h): a
+// cross-correlation at fixed shapes, float32 compute, the output blended as y = conv(x, w) + beta * y (beta 1 when a bias was written into y first, so
 // that the bias is added in float32 before the one rounding to the output type). Its engine
 // configurations are described by a string ("<engine global index>[,<knob type>=<value>]..."),
 // which the builder stores in the node's tactic (cudnn_tactic.h) and the engine reopens without
