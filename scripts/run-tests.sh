@@ -34,7 +34,7 @@ targets=()  # name:dictionary:seed folder (under $seeds)
 [[ -x $fuzz_dir/fuzz_pth ]] && targets+=("fuzz_pth:cpp/fuzz/pth.dict:pth/pth")
 [[ -x $fuzz_dir/fuzz_npy ]] && targets+=("fuzz_npy:cpp/fuzz/npy.dict:npy")
 [[ -x $fuzz_dir/fuzz_cubin ]] && targets+=("fuzz_cubin::cubin")
-[[ -x $fuzz_dir/fuzz_cudnn_tactic ]] && targets+=("fuzz_cudnn_tactic:cpp/fuzz/cudnn_tactic.dict:cudnn_tactic")
+[[ -x $fuzz_dir/fuzz_cuda_tactic ]] && targets+=("fuzz_cuda_tactic:cpp/fuzz/cuda_tactic.dict:cuda_tactic")
 if (( ${#targets[@]} > 0 )); then
   share=$(( seconds / ${#targets[@]} > 0 ? seconds / ${#targets[@]} : 1 ))
   seeds=$(mktemp -d)
@@ -42,9 +42,11 @@ if (( ${#targets[@]} > 0 )); then
   "$venv/bin/python" cpp/fuzz/make_pth_seeds.py "$seeds/pth" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_npy_seeds.py "$seeds/npy" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_cubin_seeds.py "$seeds/cubin" >/dev/null
-  mkdir -p "$seeds/cudnn_tactic"  # tactics as the builder writes them (cudnn_tactic.h)
-  printf '%s' "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:1/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096" >"$seeds/cudnn_tactic/2d"
-  printf '%s' "cuda.convolution.cudnn/t:0/x:1x4x6x7x8/w:8x4x3x3x3/y:1x8x6x7x8/s:1x1x1/d:1x1x1/p:1x1x1/q:1x1x1/a:0/cfg:7/ws:0" >"$seeds/cudnn_tactic/3d"
+  mkdir -p "$seeds/cuda_tactic"  # tactics as the builder writes them (cudnn_tactic.h, gemm_tactic.h)
+  printf '%s' "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:1/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096" >"$seeds/cuda_tactic/2d"
+  printf '%s' "cuda.convolution.cudnn/t:0/x:1x4x6x7x8/w:8x4x3x3x3/y:1x8x6x7x8/s:1x1x1/d:1x1x1/p:1x1x1/q:1x1x1/a:0/cfg:7/ws:0" >"$seeds/cuda_tactic/3d"
+  printf '%s' "cuda.gemm.cublaslt.fp8.epilogue1/algo:$(printf '0%.0s' {1..64})$(printf 'a1%.0s' {1..32})/ws:1048320" >"$seeds/cuda_tactic/gemm"
+  printf '%s' "cuda.gemm.cublaslt.epilogue2" >"$seeds/cuda_tactic/gemm-plain"
   for t in "${targets[@]}"; do
     IFS=: read -r name dict folder <<<"$t"
     run_fuzzer "$name" "$dict" "$share" "$seeds/$folder"

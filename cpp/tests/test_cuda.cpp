@@ -142,6 +142,47 @@ TEST(Cuda, LevelZeroTakesTheHeuristicsChoice) {
   expect_close(reinterpret_cast<const float*>(out.at("result").data.get()), m, x, 7);
 }
 
+// A workspace limit bounds the scratch tactics may use: cuBLASLt gets what the limit leaves
+// beside the node's other scratch (here the GELU pass's buffers), stored in the tactic; the
+// results do not change. A limit below what the node cannot do without is a BuildError naming
+// the layer.
+TEST(Cuda, WorkspaceLimitBoundsTheGemmsScratch) {
+  Linear m;
+  m.act = ActivationType::kGELU_ERF;
+  for (int level : {0, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    auto d = declaration("cuda:0");
+    d.settings.optimization_level = level;
+    const auto unlimited = nlohmann::json::parse(Engine::deserialize(build_serialized_engine(m, d)).plan_json())["memory"];
+    EXPECT_GE(unlimited["workspace_bytes"].get<std::uint64_t>(), std::uint64_t{32} << 20);
+    d.settings.workspace_limit = 1 << 20;
+    Engine e = Engine::deserialize(build_serialized_engine(m, d));
+    const auto memory = nlohmann::json::parse(e.plan_json())["memory"];
+    const auto arena = memory["arena_bytes"].get<std::uint64_t>(), scratch = memory["workspace_bytes"].get<std::uint64_t>();
+    EXPECT_LE(arena + scratch, std::uint64_t{1} << 20);
+    const std::string tactic = e.layers()[0].tactic;
+    const auto at = tactic.find("/ws:");
+    ASSERT_NE(at, std::string::npos) << tactic;
+    EXPECT_LE(std::stoull(tactic.substr(at + 4)), (std::uint64_t{1} << 20) - arena) << tactic;
+    EXPECT_EQ(level >= 2, tactic.find("/algo:") != std::string::npos) << tactic;
+    auto exec = e.create_execution();
+    for (int rows : {1, 16, 128, 7}) {
+      auto x = uniform(static_cast<std::size_t>(rows) * 64, -1.f, 1.f, 60u + static_cast<unsigned>(rows));
+      auto out = exec.run({{"features", {DataType::kFLOAT, {rows, 64}, x.data()}}});
+      expect_close(reinterpret_cast<const float*>(out.at("result").data.get()), m, x, rows);
+    }
+    // The GELU pass's scratch (128 x 48 floats) does not fit in 4 KiB.
+    d.settings.workspace_limit = 4096;
+    try {
+      build_serialized_engine(m, d);
+      ADD_FAILURE() << "a 4 KiB workspace limit built";
+    } catch (const BuildError& err) {
+      EXPECT_NE(std::string(err.what()).find("workspace_limit 4096"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find("layer '"), std::string::npos) << err.what();
+    }
+  }
+}
+
 TEST(Cuda, ReopensAndRefusesOtherDevices) {
   Linear m;
   auto bytes = build_serialized_engine(m, declaration("cuda:0"));
@@ -347,6 +388,48 @@ TEST(Cuda, CudnnConvolutionAtOtherShapesTakesTheOwnPath) {
   }
 }
 
+// A workspace limit that covers what a cuDNN convolution engine needs builds the same kind of
+// engine (cuDNN's configurations within the scratch left, the backend's own path reserved as the
+// fallback) and computes the same results.
+TEST(Cuda, WorkspaceLimitAtWhatACudnnConvolutionNeeds) {
+  static std::vector<float> w = uniform(16 * 8 * 3 * 3, -0.3f, 0.3f, 33);
+  auto graph = [](Network& net) {
+    auto* x = net.add_input("x", DataType::kFLOAT, {2, 8, 11, 11});
+    auto* l = net.add_convolution_nd(x, 16, {3, 3}, Weights(DataType::kFLOAT, w.data(), static_cast<std::int64_t>(w.size()), nullptr),
+                                     Weights());
+    ConvolutionParams p = l->get();
+    p.pre_padding = p.post_padding = {1, 1};
+    l->set(p);
+    auto* y = net.add_activation(l->get_output(0), ActivationType::kRELU)->get_output(0);
+    y->set_name("y");
+    net.mark_output(y);
+  };
+  auto x = uniform(2 * 8 * 11 * 11, -1.f, 1.f, 34);
+  const std::map<std::string, HostTensorView> in = {{"x", {DataType::kFLOAT, {2, 8, 11, 11}, x.data()}}};
+  EngineBuild d;
+  d.inputs["x"] = InputShape::fixed({2, 8, 11, 11});
+  d.settings.device = "cpu";
+  auto cpu = Engine::deserialize(build_serialized_engine(graph, d)).create_execution().run(in);
+  d.settings.device = "cuda:0";
+  for (int level : {0, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    d.settings.optimization_level = level;
+    d.settings.workspace_limit = 0;
+    Engine unlimited = Engine::deserialize(build_serialized_engine(graph, d));
+    if (nlohmann::json::parse(unlimited.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
+    const auto memory = nlohmann::json::parse(unlimited.plan_json())["memory"];
+    d.settings.workspace_limit = memory["arena_bytes"].get<std::uint64_t>() + memory["workspace_bytes"].get<std::uint64_t>();
+    Engine e = Engine::deserialize(build_serialized_engine(graph, d));
+    EXPECT_TRUE(e.layers()[0].tactic.starts_with("cuda.convolution.cudnn/")) << e.layers()[0].tactic;
+    const auto limited = nlohmann::json::parse(e.plan_json())["memory"];
+    EXPECT_LE(limited["arena_bytes"].get<std::uint64_t>() + limited["workspace_bytes"].get<std::uint64_t>(), d.settings.workspace_limit);
+    auto gpu = e.create_execution().run(in);
+    const auto* pa = reinterpret_cast<const float*>(cpu.at("y").data.get());
+    const auto* pb = reinterpret_cast<const float*>(gpu.at("y").data.get());
+    for (std::int64_t i = 0; i < 2 * 16 * 11 * 11; ++i) ASSERT_NEAR(pb[i], pa[i], 2e-5 * (1 + std::fabs(pa[i]))) << i;
+  }
+}
+
 // Q/DQ around a matrix multiply runs as an int8 (int32 sums) or fp8 GEMM on the GPU and agrees
 // with the CPU backend (which multiplies the dequantized operands): shapes cuBLASLt takes (K
 // and N multiples of 16) and shapes that fall back to dequantize + float GEMM; float32 and
@@ -355,16 +438,19 @@ TEST(Cuda, QuantizedProductsMatchTheCpuBackend) {
   struct Case {
     DataType quantized, result;
     int k, n, level;
+    std::uint64_t workspace_limit = 0;  // 1 MiB: cuBLASLt's scratch shrinks to what is left
   };
   const Case cases[] = {
       {DataType::kINT8, DataType::kFLOAT, 64, 48, 0},  {DataType::kINT8, DataType::kHALF, 64, 48, 3},
       {DataType::kINT8, DataType::kFLOAT, 40, 24, 0},  {DataType::kFP8, DataType::kFLOAT, 64, 48, 3},
       {DataType::kFP8, DataType::kHALF, 64, 48, 0},    {DataType::kFP8, DataType::kBF16, 128, 32, 3},
-      {DataType::kFP8, DataType::kHALF, 40, 24, 0},
+      {DataType::kFP8, DataType::kHALF, 40, 24, 0},    {DataType::kINT8, DataType::kFLOAT, 64, 48, 3, 1 << 20},
+      {DataType::kINT8, DataType::kFLOAT, 40, 24, 0, 1 << 20}, {DataType::kFP8, DataType::kHALF, 64, 48, 3, 1 << 20},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(type_name(c.quantized)) + " -> " + std::string(type_name(c.result)) + ", K=" + std::to_string(c.k) +
-                 " N=" + std::to_string(c.n) + ", level " + std::to_string(c.level));
+                 " N=" + std::to_string(c.n) + ", level " + std::to_string(c.level) + ", workspace limit " +
+                 std::to_string(c.workspace_limit));
     const std::vector<float> w = uniform(static_cast<std::size_t>(c.k * c.n), -0.25f, 0.25f, 51);
     const std::vector<float> bias = uniform(static_cast<std::size_t>(c.n), -0.5f, 0.5f, 52);
     const float limit = c.quantized == DataType::kINT8 ? 127.f : 448.f;
@@ -395,7 +481,12 @@ TEST(Cuda, QuantizedProductsMatchTheCpuBackend) {
       d.inputs["features"] = InputShape::ranged({1, c.k}, {16, c.k}, {96, c.k});
       d.settings.device = dev ? "cuda:0" : "cpu";
       d.settings.optimization_level = c.level;
+      d.settings.workspace_limit = c.workspace_limit;
       Engine e = Engine::deserialize(build_serialized_engine(graph, d));
+      if (dev && c.workspace_limit) {
+        const auto memory = nlohmann::json::parse(e.plan_json())["memory"];
+        EXPECT_LE(memory["arena_bytes"].get<std::uint64_t>() + memory["workspace_bytes"].get<std::uint64_t>(), c.workspace_limit);
+      }
       bool folded = false;
       for (const auto& l : e.layers())
         if (l.type == "matrix_multiply") {

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "nlohmann/json.hpp"
 #include "plan/plan.h"
 #include "qdq_models.h"
 #include "st_helpers.h"
@@ -295,6 +296,58 @@ TEST(Engine, ConcurrentExecutionsShareOneEngine) {
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok, std::vector<int>(4, 1));
+}
+
+// workspace_limit bounds activations plus scratch: an engine builds at exactly what it needs,
+// and one byte less is a BuildError that says what did not fit (the activations, or the layer
+// with the most scratch).
+TEST(Engine, WorkspaceLimitCoversActivationsAndScratch) {
+  static std::vector<float> w = uniform(8 * 8 * 3 * 3, -0.3f, 0.3f, 71);
+  auto graph = [](Network& net) {
+    Tensor* t = net.add_input("x", DataType::kFLOAT, {-1, 8, 10, 10});
+    for (const char* name : {"conv_a", "conv_b"}) {
+      auto* l = net.add_convolution_nd(t, 8, {3, 3}, Weights(DataType::kFLOAT, w.data(), static_cast<std::int64_t>(w.size()), nullptr),
+                                       Weights());
+      ConvolutionParams p = l->get();
+      p.pre_padding = p.post_padding = {1, 1};
+      l->set(p);
+      l->set_name(name);
+      t = net.add_activation(l->get_output(0), ActivationType::kRELU)->get_output(0);
+    }
+    t->set_name("y");
+    net.mark_output(t);
+  };
+  EngineBuild d;
+  d.inputs["x"] = InputShape::ranged({1, 8, 10, 10}, {2, 8, 10, 10}, {4, 8, 10, 10});
+  d.settings.device = "cpu";
+  auto reference = Engine::deserialize(build_serialized_engine(graph, d));
+  const auto memory = nlohmann::json::parse(reference.plan_json())["memory"];
+  const auto arena = memory["arena_bytes"].get<std::uint64_t>(), scratch = memory["workspace_bytes"].get<std::uint64_t>();
+  ASSERT_GT(arena, 0u);    // conv_a's result
+  ASSERT_GT(scratch, 0u);  // the 3x3 convolutions' unfolded input
+  d.settings.workspace_limit = arena + scratch;
+  auto exact = Engine::deserialize(build_serialized_engine(graph, d));
+  auto x = uniform(4 * 8 * 10 * 10, -1.f, 1.f, 72);
+  const std::map<std::string, HostTensorView> in = {{"x", {DataType::kFLOAT, {4, 8, 10, 10}, x.data()}}};
+  auto a = reference.create_execution().run(in), b = exact.create_execution().run(in);
+  ASSERT_EQ(a.at("y").nbytes, b.at("y").nbytes);
+  EXPECT_EQ(std::memcmp(a.at("y").data.get(), b.at("y").data.get(), a.at("y").nbytes), 0);
+
+  auto error_of = [&](std::uint64_t limit) {
+    d.settings.workspace_limit = limit;
+    try {
+      build_serialized_engine(graph, d);
+    } catch (const BuildError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(built)");
+  };
+  const std::string over_scratch = error_of(arena + scratch - 1);
+  EXPECT_NE(over_scratch.find("layer 'conv_"), std::string::npos) << over_scratch;
+  EXPECT_NE(over_scratch.find("needs " + std::to_string(scratch) + " bytes of scratch"), std::string::npos) << over_scratch;
+  EXPECT_NE(over_scratch.find("workspace_limit " + std::to_string(arena + scratch - 1)), std::string::npos) << over_scratch;
+  const std::string over_arena = error_of(arena - 1);
+  EXPECT_NE(over_arena.find("activations need " + std::to_string(arena) + " bytes"), std::string::npos) << over_arena;
 }
 
 TEST(Engine, DeclarationErrors) {

@@ -139,30 +139,47 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
 
   plan::Plan plan;
   plan.name = net.name();
+  // Activations first (their sizes do not depend on tactics): the workspace limit left after
+  // them bounds every node's scratch, and the backend picks tactics within it.
+  plan.max_bytes.resize(g.values.size());
+  for (std::size_t v = 0; v < g.values.size(); ++v) plan.max_bytes[v] = bytes_of(at_max[v]);
+  plan.memory = build::plan_memory(g, plan.max_bytes);
+  const std::uint64_t limit = decl.settings.workspace_limit;
+  if (limit > 0 && plan.memory.arena_bytes > limit)
+    throw BuildError("[build] the engine's activations need " + std::to_string(plan.memory.arena_bytes) +
+                     " bytes at the profile's max shapes, above workspace_limit " + std::to_string(limit));
+  const std::uint64_t scratch_limit = limit > 0 ? limit - plan.memory.arena_bytes : runtime::kNoScratchLimit;
+  auto descs_of = [&](const std::vector<graph::TensorDesc>& at, const graph::Node& n) {
+    std::vector<graph::TensorDesc> d;
+    for (int v : n.all_inputs()) d.push_back(at[static_cast<std::size_t>(v)]);
+    return d;
+  };
   for (auto& n : g.nodes) {
     if (backend.tactics(g, n).empty())
       throw BuildError("[build] layer '" + n.name + "': the " + backend.name() + " backend has no kernel for it");
     // Level 0 takes the first candidate; the CUDA backend times GEMM algorithms from level 2.
-    std::vector<graph::TensorDesc> in;
-    for (int v : n.all_inputs()) in.push_back(at_opt[static_cast<std::size_t>(v)]);
-    n.tactic = backend.choose_tactic(g, n, in, at_opt[static_cast<std::size_t>(n.output)], decl.settings.optimization_level);
+    const auto in = descs_of(at_opt, n), in_max = descs_of(at_max, n);
+    runtime::TacticQuery q{in, at_opt[static_cast<std::size_t>(n.output)], in_max, at_max[static_cast<std::size_t>(n.output)],
+                           decl.settings.optimization_level, scratch_limit};
+    n.tactic = backend.choose_tactic(g, n, q);
   }
-  plan.max_bytes.resize(g.values.size());
-  for (std::size_t v = 0; v < g.values.size(); ++v) plan.max_bytes[v] = bytes_of(at_max[v]);
-  plan.memory = build::plan_memory(g, plan.max_bytes);
 
   // Scratch: the most any node needs at the profile's max.
+  const graph::Node* widest = nullptr;
   for (const auto& n : g.nodes) {
     auto kernel = backend.instantiate(g, n);
     std::vector<runtime::Buffer> in;
     for (int v : n.all_inputs()) in.push_back({nullptr, at_max[static_cast<std::size_t>(v)].type, at_max[static_cast<std::size_t>(v)].dims});
     runtime::Buffer out{nullptr, at_max[static_cast<std::size_t>(n.output)].type, at_max[static_cast<std::size_t>(n.output)].dims};
-    plan.workspace_bytes = std::max<std::uint64_t>(plan.workspace_bytes, kernel->workspace_bytes(in, out));
+    const std::uint64_t bytes = kernel->workspace_bytes(in, out);
+    if (!widest || bytes > plan.workspace_bytes) widest = &n;
+    plan.workspace_bytes = std::max<std::uint64_t>(plan.workspace_bytes, bytes);
   }
-  if (decl.settings.workspace_limit > 0 && plan.memory.arena_bytes + plan.workspace_bytes > decl.settings.workspace_limit)
-    throw BuildError("[build] the engine needs " + std::to_string(plan.memory.arena_bytes + plan.workspace_bytes) +
-                     " bytes of activation and scratch memory, above workspace_limit " +
-                     std::to_string(decl.settings.workspace_limit));
+  if (limit > 0 && plan.workspace_bytes > scratch_limit)
+    throw BuildError("[build] layer '" + widest->name + "' needs " + std::to_string(plan.workspace_bytes) +
+                     " bytes of scratch at the profile's max shapes (" + widest->tactic + "); workspace_limit " +
+                     std::to_string(limit) + " leaves " + std::to_string(scratch_limit) + " after " +
+                     std::to_string(plan.memory.arena_bytes) + " bytes of activations");
 
   for (std::size_t i = 0; i < g.inputs.size(); ++i) {
     const auto& v = g.values[static_cast<std::size_t>(g.inputs[i])];

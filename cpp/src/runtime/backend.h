@@ -20,7 +20,7 @@ namespace tensoracle::runtime {
 
 // Bumped whenever this header or the graph structures it passes change: the core refuses a
 // backend library built against another version (cuda_loader.cpp).
-inline constexpr int kBackendAbiVersion = 3;  // 2: plugin nodes (PluginParams); 3: Timeline
+inline constexpr int kBackendAbiVersion = 4;  // 2: plugin nodes (PluginParams); 3: Timeline; 4: TacticQuery
 
 struct Buffer {
   void* data = nullptr;  // in the backend's memory
@@ -33,6 +33,8 @@ struct Buffer {
 };
 
 enum class MemoryKind { kHost, kDevice };
+
+inline constexpr std::uint64_t kNoScratchLimit = ~std::uint64_t{0};
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
 // A node's executable form: inputs are node.all_inputs() in order, then the output.
@@ -42,6 +44,20 @@ class NodeKernel {
   virtual std::size_t workspace_bytes(std::span<const Buffer> inputs, const Buffer& output) const = 0;
   // Launches the node on `stream` (the CPU backend takes none and runs to completion).
   virtual void run(std::span<const Buffer> inputs, const Buffer& output, void* workspace, void* stream) const = 0;
+};
+
+// What the builder asks of Backend::choose_tactic for one node.
+struct TacticQuery {
+  // The node's inputs (node.all_inputs()) and output at the profile's opt shapes, where
+  // candidates are timed, and at its max shapes, where its scratch is reserved.
+  std::span<const graph::TensorDesc> inputs;
+  graph::TensorDesc output;
+  std::span<const graph::TensorDesc> max_inputs;
+  graph::TensorDesc max_output;
+  int optimization_level = 0;
+  // Bytes of scratch the node may use: the build's workspace_limit less the activations' arena
+  // (kNoScratchLimit without a limit).
+  std::uint64_t scratch_limit = kNoScratchLimit;
 };
 
 class Backend {
@@ -58,13 +74,12 @@ class Backend {
   virtual bool can_fuse(const graph::Graph& g, const graph::Node& producer, const graph::EpilogueOp& op) const = 0;
   // Candidate tactics for the node, best guess first.
   virtual std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const = 0;
-  // The tactic to store for node `n` (its inputs and output described at the profile's opt
-  // shapes): the first candidate unless the backend times candidates at this level.
-  virtual std::string choose_tactic(const graph::Graph& g, const graph::Node& n, std::span<const graph::TensorDesc> inputs,
-                                    const graph::TensorDesc& output, int optimization_level) const {
-    (void)inputs;
-    (void)output;
-    (void)optimization_level;
+  // The tactic to store for node `n`: the first candidate unless the backend times candidates
+  // at this level. A tactic's scratch (NodeKernel::workspace_bytes at the profile's max shapes)
+  // must stay within q.scratch_limit where the backend has a leaner choice; the builder checks
+  // the result.
+  virtual std::string choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const {
+    (void)q;
     auto t = tactics(g, n);
     return t.empty() ? std::string() : t.front();
   }

@@ -16,10 +16,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "backends/cuda/conv.h"
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/gemm_tactic.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/tuning.h"
 #include "graph/graph.h"
@@ -212,13 +214,26 @@ class CudaNodeKernel final : public NodeKernel {
     return 0;
   }
 
+  // The node's own scratch, then the epilogue passes' intermediate results: two buffers that
+  // the passes alternate between, one when a single pass reads the main result and writes the
+  // output.
   std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
     auto descs = chain(in);
     const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
     if (node_.epilogue.size() == lt_fused_) return main_ws;
     std::size_t biggest = 0;
     for (std::size_t i = lt_fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
-    return main_ws + 2 * align_up(biggest);
+    return main_ws + (epilogue_passes() > 1 ? 2 : 1) * align_up(biggest);
+  }
+
+  // The passes run() makes after the main op (an activation and the quantize after it are one).
+  std::size_t epilogue_passes() const {
+    std::size_t passes = 0;
+    for (std::size_t i = lt_fused_; i < node_.epilogue.size(); ++i, ++passes)
+      if (std::holds_alternative<ActivationParams>(node_.epilogue[i].params) && i + 1 < node_.epilogue.size() &&
+          std::holds_alternative<QuantizeParams>(node_.epilogue[i + 1].params))
+        ++i;
+    return passes;
   }
 
   void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const override;
@@ -316,25 +331,34 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaNodeKernel>(*this, g, n);
   }
 
-  // Matrix multiplies from level 2: times cuBLASLt's top candidates at the profile's opt shapes
-  // (on scratch buffers of this device, in interleaved rounds; tuning.h says which one wins) and
-  // stores the chosen algorithm in the tactic
-  // ("<tactic>/algo:<hex>"), which instantiate() hands to the Gemm. Other nodes: the one tactic.
-  std::string choose_tactic(const graph::Graph& g, const graph::Node& n, std::span<const graph::TensorDesc> in,
-                            const graph::TensorDesc& out, int level) const override {
+  // Matrix multiplies: cuBLASLt may use kGemmWorkspaceBytes of scratch, or what a workspace
+  // limit leaves beside the node's other scratch ("/ws:<bytes>"). From level 2 cuBLASLt's top
+  // candidates (within that scratch) are timed at the profile's opt shapes (on scratch buffers
+  // of this device, in interleaved rounds; tuning.h says which one wins) and the chosen
+  // algorithm is stored ("/algo:<hex>"); gemm_tactic.h has the format. Convolutions:
+  // choose_convolution. Other nodes: the one tactic.
+  std::string choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const override {
     std::string base = tactics(g, n).front();
-    if (const auto* cp = std::get_if<ConvolutionParams>(&n.params)) return choose_convolution(g, n, *cp, in, level);
+    if (const auto* cp = std::get_if<ConvolutionParams>(&n.params)) return choose_convolution(g, n, *cp, q);
     const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
-    if (!mm || level < 2) return base;
+    if (!mm) return base;
+    cuda::GemmTactic tactic{base, {}, std::nullopt};
+    if (q.scratch_limit != kNoScratchLimit) {
+      const std::size_t rest = node_scratch(g, n, base + "/ws:0", q);
+      const std::uint64_t room = q.scratch_limit > rest ? q.scratch_limit - rest : 0;
+      if (room < cuda::kGemmWorkspaceBytes) tactic.workspace = room / kAlign * kAlign;
+    }
+    const std::size_t lt_workspace = static_cast<std::size_t>(tactic.workspace.value_or(cuda::kGemmWorkspaceBytes));
+    if (q.optimization_level < 2) return cuda::format_gemm_tactic(tactic);
+    const auto in = q.inputs;
     // The matrix multiply's own result at these shapes (n.main_desc may hold -1s).
     std::vector<graph::InputFacts> facts(in.size());
     const graph::TensorDesc main = graph::infer_main(n, in, facts);
-    if (!main.dims.all_known()) return base;
+    if (!main.dims.all_known()) return cuda::format_gemm_tactic(tactic);
     auto [fused, epilogue] = lt_epilogue(g, n);
-    (void)out;
     DeviceGuard guard(index_);
     const DataType quantized = n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT;
-    cuda::Gemm gemm(lt_, n.name, *mm, epilogue, quantized);
+    cuda::Gemm gemm(lt_, n.name, *mm, epilogue, quantized, lt_workspace);
     // Scratch operands of random values (fill_random).
     std::vector<void*> owned;
     std::uint64_t seed = 0x9e3779b97f4a7c15ull;
@@ -345,7 +369,6 @@ class CudaBackend final : public Backend {
       fill_random(p, bytes, type, seed);
       return p;
     };
-    std::string best;
     try {
       // Copies of the operands to cycle through, spanning twice the L2 cache (at most 4), so that
       // a run does not find its operands in L2 from the run before: inside a network each GEMM
@@ -382,7 +405,7 @@ class CudaBackend final : public Backend {
           ++turn;
         });
         const int chosen = cuda::choose_timed(times, kTunedMargin);
-        if (chosen >= 0) best = cuda::algo_to_hex(algos[static_cast<std::size_t>(chosen)]);
+        if (chosen >= 0) tactic.algo = cuda::algo_to_hex(algos[static_cast<std::size_t>(chosen)]);
       } catch (...) {
         destroy_stream(stream);
         throw;
@@ -393,7 +416,16 @@ class CudaBackend final : public Backend {
       throw;
     }
     for (void* p : owned) deallocate(p);
-    return best.empty() ? base : base + "/algo:" + best;
+    return cuda::format_gemm_tactic(tactic);
+  }
+
+  // The scratch node `n` would reserve with this tactic at the query's max shapes.
+  std::size_t node_scratch(const graph::Graph& g, const graph::Node& n, const std::string& tactic, const TacticQuery& q) const {
+    graph::Node probe = n;
+    probe.tactic = tactic;
+    std::vector<Buffer> in;
+    for (const auto& d : q.max_inputs) in.push_back({nullptr, d.type, d.dims});
+    return instantiate(g, probe)->workspace_bytes(in, {nullptr, q.max_output.type, q.max_output.dims});
   }
 
   // Convolutions at fixed shapes where cuDNN is available: level 0 and 1 take cuDNN's first
@@ -403,8 +435,10 @@ class CudaBackend final : public Backend {
   // kTunedMargin; the direct kernel first for depthwise). The tactic stores the problem and the
   // configuration: "cuda.convolution.cudnn/<shape>/cfg:<configuration>".
   std::string choose_convolution(const graph::Graph& g, const graph::Node& n, const ConvolutionParams& p,
-                                 std::span<const graph::TensorDesc> in, int level) const {
+                                 const TacticQuery& q) const {
     const std::string base = tactics(g, n).front();
+    const auto in = q.inputs;
+    const int level = q.optimization_level;
     std::vector<graph::InputFacts> facts(in.size());
     const graph::TensorDesc main = graph::infer_main(n, in, facts);
     if (!main.dims.all_known() || !in[0].dims.all_known() || !in[1].dims.all_known()) return base;
@@ -417,8 +451,22 @@ class CudaBackend final : public Backend {
       shape = plain.cudnn_shape({nullptr, in[0].type, in[0].dims}, {nullptr, in[1].type, in[1].dims},
                                 {nullptr, main.type, main.dims}, has_bias);
       if (!shape || !dnn_.handle()) return base;
+      // cuDNN's scratch: up to kChunkBytes, or what a workspace limit leaves beside the node's
+      // other scratch (its epilogue's); the backend's own path stays reserved as the fallback for
+      // other shapes, so configurations within its scratch cost nothing more.
+      std::size_t cap = cuda::kChunkBytes;
+      if (q.scratch_limit != kNoScratchLimit) {
+        const cuda::TensorRef xm{nullptr, q.max_inputs[0].type, q.max_inputs[0].dims},
+            wm{nullptr, q.max_inputs[1].type, q.max_inputs[1].dims};
+        std::vector<graph::InputFacts> max_facts(q.max_inputs.size());
+        const graph::TensorDesc max_main = graph::infer_main(n, q.max_inputs, max_facts);
+        const std::size_t own = align_up(plain.workspace_bytes(xm, wm, {nullptr, max_main.type, max_main.dims}));
+        const std::size_t epilogue = node_scratch(g, n, base, q) - own;
+        const std::uint64_t room = q.scratch_limit > epilogue ? q.scratch_limit - epilogue : 0;
+        cap = static_cast<std::size_t>(std::min<std::uint64_t>(cap, std::max<std::uint64_t>(room, own)));
+      }
       cuda::CudnnConv problem(dnn_, *shape);
-      configs = problem.candidates(level >= 2 ? 8 : 1, cuda::kChunkBytes);
+      configs = problem.candidates(level >= 2 ? 8 : 1, cap);
     } catch (const Error&) {
       return base;  // cuDNN refuses the problem: the backend's own path
     }
@@ -635,11 +683,16 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
   if (const auto* p = std::get_if<MatrixMultiplyParams>(&n.params)) {
     auto [fused, epilogue] = lt_epilogue(g, n);
     lt_fused_ = fused;
+    cuda::GemmTactic t;
+    if (!n.tactic.empty() && !cuda::parse_gemm_tactic(n.tactic, t))
+      throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic is not a matrix multiply's (malformed engine)");
     gemm_ = std::make_unique<cuda::Gemm>(backend.lt(), n.name, *p, epilogue,
-                                         n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT);
-    if (auto at = n.tactic.find("/algo:"); at != std::string::npos) {
+                                         n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT,
+                                         static_cast<std::size_t>(std::min<std::uint64_t>(
+                                             t.workspace.value_or(cuda::kGemmWorkspaceBytes), cuda::kGemmWorkspaceBytes)));
+    if (!t.algo.empty()) {
       cublasLtMatmulAlgo_t algo{};
-      if (!cuda::algo_from_hex(n.tactic.substr(at + 6), algo))
+      if (!cuda::algo_from_hex(t.algo, algo))
         throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's GEMM algorithm is malformed");
       gemm_->prefer(algo);
     }

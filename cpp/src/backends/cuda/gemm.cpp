@@ -41,6 +41,7 @@ cudaDataType_t lt_type(DataType t, const std::string& name) {
 constexpr std::int64_t kInt8ExactK = (std::int64_t{1} << 31) / (128 * 128) - 1;
 
 std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
+std::size_t round_down(std::size_t n) { return n / 256 * 256; }
 
 // The largest power of two (up to 256) that divides `x` (256 for 0).
 std::uint32_t alignment_of(std::uint64_t x) {
@@ -90,15 +91,17 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm(cublasLtHandle_t handle, std::string name, MatrixMultiplyParams p, GemmEpilogue epilogue, DataType quantized)
-    : handle_(handle), name_(std::move(name)), params_(p), epilogue_(epilogue), quantized_(quantized) {
+Gemm::Gemm(cublasLtHandle_t handle, std::string name, MatrixMultiplyParams p, GemmEpilogue epilogue, DataType quantized,
+           std::size_t lt_workspace)
+    : handle_(handle), name_(std::move(name)), params_(p), epilogue_(epilogue), quantized_(quantized),
+      lt_workspace_(round_down(std::min(lt_workspace, kGemmWorkspaceBytes))) {
   if (quantized_ == DataType::kFLOAT) return;
   if (quantized_ != DataType::kINT8 && quantized_ != DataType::kFP8)
     throw UnsupportedError("[cuda] node '" + name_ + "': a quantized matrix multiply in " + std::string(type_name(quantized_)));
   if (p.op0 != MO::kNONE || p.op1 != MO::kTRANSPOSE)
     throw UnsupportedError("[cuda] node '" + name_ + "': a quantized matrix multiply needs its first operand as is and the "
                            "second transposed");
-  float_gemm_ = std::make_unique<Gemm>(handle, name_, p, epilogue);
+  float_gemm_ = std::make_unique<Gemm>(handle, name_, p, epilogue, DataType::kFLOAT, lt_workspace_);
 }
 
 Gemm::~Gemm() = default;
@@ -111,7 +114,7 @@ bool Gemm::may_fall_back(const TensorRef& a, const TensorRef& b) const {
 }
 
 std::size_t Gemm::workspace_bytes(const TensorRef& a, const TensorRef& b, const TensorRef& out) const {
-  if (quantized_ == DataType::kFLOAT) return kGemmWorkspaceBytes;
+  if (quantized_ == DataType::kFLOAT) return lt_workspace_;
   const auto volume = [](const Dims& d) { return static_cast<std::size_t>(std::max<i64>(d.volume(), 0)); };
   std::size_t extra = 0;
   if (quantized_ == DataType::kINT8) extra = round_up(volume(out.dims) * 4);
@@ -119,7 +122,7 @@ std::size_t Gemm::workspace_bytes(const TensorRef& a, const TensorRef& b, const 
     const std::size_t es = element_size(out.type);
     extra = std::max(extra, round_up(volume(a.dims) * es) + round_up(volume(b.dims) * es));
   }
-  return kGemmWorkspaceBytes + extra;
+  return lt_workspace_ + extra;
 }
 
 const Gemm::Plan& Gemm::plan_for(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out,
@@ -147,7 +150,7 @@ const Gemm::Plan& Gemm::plan_for(const TensorRef& a, const TensorRef& b, const v
       cublasLtMatmulHeuristicResult_t check{};
       chosen = cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->la, plan->lb, plan->lc, plan->lc, &preferred_, &check) ==
                    CUBLAS_STATUS_SUCCESS &&
-               check.workspaceSize <= kGemmWorkspaceBytes;
+               check.workspaceSize <= lt_workspace_;
       if (chosen) plan->algo = preferred_;
     }
     if (!chosen) {
@@ -314,7 +317,7 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, int count) c
   check_lt(cublasLtMatmulPreferenceCreate(&pref), where + ": preference");
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
   int found = 0;
-  const std::uint64_t ws = kGemmWorkspaceBytes;
+  const std::uint64_t ws = lt_workspace_;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &plan.alignment[0], sizeof(std::uint32_t));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &plan.alignment[1], sizeof(std::uint32_t));
@@ -356,7 +359,7 @@ void Gemm::run_dequantized(const TensorRef& a, const TensorRef& b, const void* b
     throw Error("[cuda] node '" + name_ + "': cuBLASLt has no " + std::string(type_name(quantized_)) +
                 " algorithm for operands " + a.dims.str() + " and " + b.dims.str() +
                 " (are the tensors' addresses 16-byte aligned?)");
-  auto* base = static_cast<std::byte*>(workspace) + kGemmWorkspaceBytes;
+  auto* base = static_cast<std::byte*>(workspace) + lt_workspace_;
   const TensorRef da{base, out.type, a.dims};
   const TensorRef db{base + round_up(static_cast<std::size_t>(a.dims.volume()) * element_size(out.type)), out.type, b.dims};
   cuda::dequantize(a, TensorRef{const_cast<void*>(scales.a), DataType::kFLOAT, Dims{1}}, 0, da, stream);
@@ -373,7 +376,7 @@ void Gemm::run(const TensorRef& a, const TensorRef& b, const void* bias, const T
     return;
   }
   if (plan.zero_k && quantized_ == DataType::kINT8) {  // zero sums, then the scale pass (and its bias)
-    void* sums = static_cast<std::byte*>(workspace) + kGemmWorkspaceBytes;
+    void* sums = static_cast<std::byte*>(workspace) + lt_workspace_;
     if (cudaMemsetAsync(sums, 0, static_cast<std::size_t>(out.dims.volume()) * 4, stream) != cudaSuccess)
       throw Error("[cuda] node '" + name_ + "': clearing the int32 sums failed");
     cuda::scale_accumulator(TensorRef{sums, DataType::kINT32, out.dims}, scales.a, scales.b,
@@ -399,13 +402,13 @@ void Gemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Tens
   const auto* pa = static_cast<const std::byte*>(a.data);
   const auto* pb = static_cast<const std::byte*>(b.data);
   // An int8 product's sums go to the scratch after cuBLASLt's own.
-  auto* pc = int8 ? static_cast<std::byte*>(workspace) + kGemmWorkspaceBytes : static_cast<std::byte*>(out.data);
+  auto* pc = int8 ? static_cast<std::byte*>(workspace) + lt_workspace_ : static_cast<std::byte*>(out.data);
   for (const auto& [oa, ob, oc] : plan.calls) {
     void* c = pc + oc * static_cast<i64>(es);
     check_lt(cublasLtMatmul(handle_, plan.desc, int8 ? static_cast<const void*>(&alpha_i) : &alpha,
                             pb + ob * static_cast<i64>(es_in), plan.la, pa + oa * static_cast<i64>(es_in), plan.lb,
                             int8 ? static_cast<const void*>(&beta_i) : &beta, c, plan.lc, c, plan.lc, &algo, workspace,
-                            kGemmWorkspaceBytes, stream),
+                            lt_workspace_, stream),
              "node '" + name_ + "': matrix multiply (" + plan.description + ")");
   }
   if (int8)

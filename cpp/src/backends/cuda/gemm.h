@@ -37,7 +37,8 @@ namespace tensoracle::cuda {
 
 enum class GemmEpilogue { kNONE, kBIAS, kBIAS_RELU, kBIAS_GELU_TANH };
 
-// cuBLASLt's scratch for one GEMM; the node's workspace holds at least this much.
+// cuBLASLt's scratch for one GEMM by default; a Gemm made with less (a build's workspace limit)
+// only takes algorithms that fit in it.
 inline constexpr std::size_t kGemmWorkspaceBytes = 32u << 20;
 
 // A quantized product's per-tensor scales: one float32 each, device addresses that stay fixed
@@ -50,19 +51,21 @@ struct GemmScales {
 class Gemm {
  public:
   // `name` names the node in error messages; `quantized` is kINT8 or kFP8 for a folded Q/DQ
-  // product, kFLOAT otherwise.
+  // product, kFLOAT otherwise; `lt_workspace`: the most scratch cuBLASLt may use (at most
+  // kGemmWorkspaceBytes; rounded down to 256 bytes).
   Gemm(cublasLtHandle_t handle, std::string name, MatrixMultiplyParams p, GemmEpilogue epilogue,
-       DataType quantized = DataType::kFLOAT);
+       DataType quantized = DataType::kFLOAT, std::size_t lt_workspace = kGemmWorkspaceBytes);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
   // out = op0(a) x op1(b) [+ bias] [activation]; `bias` (the output's type, N elements, an
-  // engine constant: the same address on every call) only with a bias epilogue. `workspace` holds kGemmWorkspaceBytes.
+  // engine constant: the same address on every call) only with a bias epilogue. `workspace`
+  // holds workspace_bytes() for these shapes.
   void run(const TensorRef& a, const TensorRef& b, const void* bias, const TensorRef& out, void* workspace,
            cudaStream_t stream, GemmScales scales = {}) const;
 
-  // The scratch run() needs at these shapes: kGemmWorkspaceBytes, plus an int8 product's int32
+  // The scratch run() needs at these shapes: cuBLASLt's (lt_workspace), plus an int8 product's int32
   // sums, plus room for dequantized operands where a quantized product may fall back.
   std::size_t workspace_bytes(const TensorRef& a, const TensorRef& b, const TensorRef& out) const;
 
@@ -99,6 +102,7 @@ class Gemm {
   MatrixMultiplyParams params_;
   GemmEpilogue epilogue_;
   DataType quantized_;
+  std::size_t lt_workspace_;
   std::unique_ptr<Gemm> float_gemm_;  // a quantized product's fallback
   cublasLtMatmulAlgo_t preferred_{};
   bool has_preferred_ = false;

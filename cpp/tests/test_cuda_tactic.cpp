@@ -1,12 +1,14 @@
-// How a cuDNN convolution is written into an engine's tactic and read back
-// (backends/cuda/cudnn_tactic.h): CUDA-free, so it runs here. Engine files are untrusted input:
-// everything but format_cudnn_tactic's own output is refused.
+// How the CUDA backend writes a cuDNN convolution (backends/cuda/cudnn_tactic.h) and a matrix
+// multiply (backends/cuda/gemm_tactic.h) into an engine's tactic and reads them back:
+// CUDA-free, so it runs here. Engine files are untrusted input: everything but the format
+// functions' own output is refused.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 
 #include "backends/cuda/cudnn_tactic.h"
+#include "backends/cuda/gemm_tactic.h"
 
 using namespace tensoracle;
 using namespace tensoracle::cuda;
@@ -96,7 +98,7 @@ TEST(CudnnTactic, RefusesWhatItDoesNotWrite) {
 
 // Random edits of a good tactic (bytes changed, inserted, removed, truncated): the parser
 // accepts only strings that format back to themselves, and never reads out of bounds (the
-// sanitizers of the fuzz build check that; fuzz_cudnn_tactic does the same on arbitrary bytes).
+// sanitizers of the fuzz build check that; fuzz_cuda_tactic does the same on arbitrary bytes).
 TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
   const std::string good = format_cudnn_tactic(sample());
   const std::string alphabet = "0123456789x/:,=-tawyqpdsc";
@@ -121,4 +123,54 @@ TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
     }
   }
   EXPECT_GT(accepted, 0);  // e.g. a digit changed inside a number
+}
+
+TEST(GemmTactic, RoundTripsEveryShapeTheBuilderWrites) {
+  const std::string hex = std::string(64, '0') + std::string(64, 'f');
+  const GemmTactic tactics[] = {
+      {"cuda.gemm.cublaslt", "", std::nullopt},
+      {"cuda.gemm.cublaslt.epilogue2", "", std::nullopt},
+      {"cuda.gemm.cublaslt.int8.epilogue1", hex, std::nullopt},
+      {"cuda.gemm.cublaslt.fp8", "", std::uint64_t{0}},
+      {"cuda.gemm.cublaslt.epilogue1", hex, std::uint64_t{1048320}},
+  };
+  for (const auto& t : tactics) {
+    const std::string text = format_gemm_tactic(t);
+    GemmTactic back;
+    ASSERT_TRUE(parse_gemm_tactic(text, back)) << text;
+    EXPECT_EQ(back, t) << text;
+  }
+  EXPECT_EQ(format_gemm_tactic(tactics[4]), "cuda.gemm.cublaslt.epilogue1/algo:" + hex + "/ws:1048320");
+}
+
+TEST(GemmTactic, RefusesWhatItDoesNotWrite) {
+  const std::string bad[] = {
+      "",
+      "cuda.gemm",
+      "cuda.gemm.cublasLt",
+      "cuda.gemm.cublaslt.",
+      "cuda.gemm.cublaslt.int4",
+      "cuda.gemm.cublaslt.fp8.int8",
+      "cuda.gemm.cublaslt.epilogue",
+      "cuda.gemm.cublaslt.epilogue0",
+      "cuda.gemm.cublaslt.epilogue01",
+      "cuda.gemm.cublaslt.epilogue-1",
+      "cuda.gemm.cublaslt.epilogue1.int8",
+      "cuda.gemm.cublaslt/",
+      "cuda.gemm.cublaslt/algo:",
+      "cuda.gemm.cublaslt/algo:ABCD",
+      "cuda.gemm.cublaslt/algo:12/",
+      "cuda.gemm.cublaslt/ws:",
+      "cuda.gemm.cublaslt/ws:-1",
+      "cuda.gemm.cublaslt/ws:01",
+      "cuda.gemm.cublaslt/ws:99999999999999999999999",
+      "cuda.gemm.cublaslt/ws:10/algo:12",  // fields out of order
+      "cuda.gemm.cublaslt/algo:12/algo:12",
+      "cuda.gemm.cublaslt/ws:10/ws:10",
+      "cuda.gemm.cublaslt/other:1",
+  };
+  for (const auto& s : bad) {
+    GemmTactic t;
+    EXPECT_FALSE(parse_gemm_tactic(s, t)) << s;
+  }
 }

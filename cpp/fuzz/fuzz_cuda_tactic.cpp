@@ -1,0 +1,42 @@
+// libFuzzer target: the CUDA backend's reading of its tactics from an engine file on arbitrary
+// bytes: a cuDNN convolution's (backends/cuda/cudnn_tactic.h) and a matrix multiply's
+// (backends/cuda/gemm_tactic.h). A string is accepted only if it is exactly what the format
+// function writes for what was read (checked, trapping otherwise), with every invariant the
+// backend relies on: for convolutions 4-D or 5-D tensors of positive dims, matching spatial
+// fields, a known float type, a configuration that parses; for matrix multiplies a known base
+// and hex digits for the algorithm.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "backends/cuda/cudnn_tactic.h"
+#include "backends/cuda/gemm_tactic.h"
+
+namespace cuda = tensoracle::cuda;
+
+namespace {
+void check(bool ok) {
+  if (!ok) __builtin_trap();
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  cuda::GemmTactic g;
+  if (cuda::parse_gemm_tactic(text, g)) {
+    check(cuda::format_gemm_tactic(g) == text);
+    check(g.base.starts_with(cuda::kGemmTacticPrefix) && g.base.find('/') == std::string::npos);
+    check(g.algo.find_first_not_of("0123456789abcdef") == std::string::npos);
+  }
+  cuda::CudnnTactic t;
+  if (!cuda::parse_cudnn_tactic(text, t)) return 0;
+  check(cuda::format_cudnn_tactic(t) == text);
+  const auto& s = t.shape;
+  const std::size_t r = s.x.size();
+  check((r == 4 || r == 5) && s.w.size() == r && s.y.size() == r && s.stride.size() == r - 2 &&
+        s.dilation.size() == r - 2 && s.pre.size() == r - 2 && s.post.size() == r - 2);
+  std::int64_t global = -1;
+  std::vector<std::pair<int, std::int64_t>> knobs;
+  check(cuda::parse_cudnn_config(t.config, global, knobs) && global >= 0);
+  return 0;
+}
