@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "core/numeric.h"
@@ -233,24 +234,28 @@ TEST(Cuda, ConvolutionMatchesTheCpuBackend) {
 }
 
 // Convolutions through cuDNN (cudnn_conv.h) agree with the CPU backend: 1-, 2- and 3-D, strides,
-// dilations, asymmetric padding, groups, with and without a bias (written first, accumulated
-// onto by cuDNN), float32 and float16, the heuristic's configuration (level 0) and the timed one
-// (level 3); a reopened engine rebuilds the same plan; a depthwise convolution keeps the direct
-// kernel at level 0; a configuration this cuDNN cannot build falls back to the backend's own
-// path; a malformed one is a CorruptEngineError.
+// dilations, asymmetric padding, groups, with and without a bias and a following activation
+// (one pass after cuDNN), float32 and float16, the heuristic's configuration (level 0) and the
+// timed one (level 3); a reopened engine rebuilds the same plan; a depthwise convolution keeps
+// the direct kernel at level 0; a configuration this cuDNN cannot build falls back to the
+// backend's own path; a malformed one is a CorruptEngineError; a tactic of an engine built
+// before the bias pass (a:1: the bias written first, accumulated onto by cuDNN) still runs.
 TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
   struct Case {
     Dims x, kernel, stride, pre, post, dilation;
     int k, groups;
     bool bias;
+    std::optional<ActivationType> act;
   };
   const std::vector<Case> cases = {
-      {{2, 16, 14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 32, 1, true},
-      {{1, 8, 17, 15}, {5, 3}, {2, 2}, {1, 0}, {2, 1}, {2, 1}, 16, 1, false},
-      {{2, 16, 9, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 24, 4, true},
-      {{3, 8, 40}, {3}, {1}, {1}, {1}, {1}, 16, 1, true},
-      {{1, 4, 6, 7, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 8, 1, true},
-      {{2, 8, 10, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 8, 8, true},  // depthwise
+      {{2, 16, 14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 32, 1, true, ActivationType::kRELU},
+      {{2, 16, 14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 32, 1, true, std::nullopt},
+      {{1, 8, 17, 15}, {5, 3}, {2, 2}, {1, 0}, {2, 1}, {2, 1}, 16, 1, false, ActivationType::kSIGMOID},
+      {{1, 8, 17, 15}, {5, 3}, {2, 2}, {1, 0}, {2, 1}, {2, 1}, 16, 1, false, std::nullopt},
+      {{2, 16, 9, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 24, 4, true, ActivationType::kGELU_ERF},
+      {{3, 8, 40}, {3}, {1}, {1}, {1}, {1}, 16, 1, true, std::nullopt},
+      {{1, 4, 6, 7, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 8, 1, true, ActivationType::kLEAKY_RELU},
+      {{2, 8, 10, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 8, 8, true, ActivationType::kRELU},  // depthwise
   };
   int seed = 100;
   for (const Case& c : cases) {
@@ -282,6 +287,11 @@ TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
         p.num_groups = c.groups;
         l->set(p);
         auto* y = l->get_output(0);
+        if (c.act) {
+          auto* a = net.add_activation(y, *c.act);
+          if (*c.act == ActivationType::kLEAKY_RELU) a->set_alpha(0.1f);
+          y = a->get_output(0);
+        }
         y->set_name("y");
         net.mark_output(y);
       };
@@ -294,6 +304,7 @@ TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
       };
       std::vector<float> ref;
       const std::string what = "x " + c.x.str() + " kernel " + c.kernel.str() + " groups " + std::to_string(c.groups) +
+                               (c.bias ? " bias" : "") + (c.act ? " activation " + std::to_string(static_cast<int>(*c.act)) : "") +
                                (t == DataType::kHALF ? " float16" : " float32");
       for (int level : {-1, 0, 3}) {  // -1: the CPU reference
         EngineBuild d;
@@ -338,6 +349,15 @@ TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
         const std::vector<float> fb = floats(fallback.at("y"));
         for (std::size_t i = 0; i < got.size(); ++i)
           ASSERT_NEAR(fb[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " (fallback) at " << i;
+        // An engine built before the bias pass: the bias written into y first, cuDNN accumulating.
+        if (c.bias) {
+          ASSERT_NE(tactic.find("/a:0/"), std::string::npos) << tactic;
+          pl.graph.nodes[ci].tactic = tactic.substr(0, tactic.find("/a:0/")) + "/a:1/" + tactic.substr(tactic.find("/a:0/") + 5);
+          auto old = Engine::deserialize(plan::write_engine(pl)).create_execution().run({{"x", {t, c.x, xp}}});
+          const std::vector<float> ov = floats(old.at("y"));
+          for (std::size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(ov[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " (a:1 tactic) at " << i;
+        }
         for (const std::string& bad : {std::string("cuda.convolution.cudnn/x:1/cfg:0/ws:0"),
                                       tactic.substr(0, tactic.find("/ws:"))}) {
           pl.graph.nodes[ci].tactic = bad;

@@ -686,14 +686,14 @@ std::size_t ConvolutionKernel::workspace_bytes(const TensorRef& x, const TensorR
 }
 
 std::optional<CudnnConvShape> ConvolutionKernel::cudnn_shape(const TensorRef& x, const TensorRef& kernel,
-                                                             const TensorRef& out, bool bias) const {
+                                                             const TensorRef& out, bool accumulate) const {
   if (!is_float_type(x.type) || kernel.type != x.type || out.type != x.type) return std::nullopt;
   const graph::TensorDesc kd{kernel.type, kernel.dims};
   const Geo g = window_geo(params_, x, out, &kd, nullptr, "convolution", false);
   if (g.N * g.C * g.in_sp == 0 || g.N * g.K * g.out_sp == 0 || g.Cg == 0 || g.Kg == 0) return std::nullopt;
   CudnnConvShape s;
   s.type = x.type;
-  s.accumulate = bias;
+  s.accumulate = accumulate;
   s.x = {g.N, g.C};
   s.w = {g.K, g.Cg};
   s.y = {g.N, g.K};
@@ -724,13 +724,16 @@ void ConvolutionKernel::use_cudnn(const CudnnContext& ctx, const CudnnConvShape&
 }
 
 bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
-                                  const TensorRef& out, void* workspace, cudaStream_t stream) const {
+                                  const TensorRef& out, void* workspace, cudaStream_t stream,
+                                  const ActivationParams* act) const {
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kCudnnAlign == 0; };
   if (!aligned(x.data) || !aligned(kernel.data) || !aligned(out.data)) return false;
-  const auto shape = cudnn_shape(x, kernel, out, bias != nullptr);
   const CudnnConvShape& planned = dnn_->shape();
+  // An engine's plan accumulates only where it was built with the bias written first (a:1).
+  const bool prefill = planned.accumulate && bias != nullptr;
+  const auto shape = cudnn_shape(x, kernel, out, prefill);
   if (!shape || !(*shape == planned)) return false;  // another problem than the plan's: our own path
-  if (bias) {
+  if (prefill) {
     const i64 n = out.dims.volume(), P = n / (out.dims[0] * out.dims[1]);
     by_float(x.type, [&](auto tag) {
       using Tag = decltype(tag);
@@ -749,11 +752,12 @@ bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, c
   } catch (const Error& e) {
     throw Error("[cuda] convolution '" + name_ + "': " + e.what());
   }
+  bias_activation(out, bias && !prefill ? bias->data : nullptr, act, stream);
   return true;
 }
 
 void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
-                            void* workspace, cudaStream_t stream) const {
+                            void* workspace, cudaStream_t stream, const ActivationParams* act) const {
   checked_volume(x, "convolution", "input 0");
   checked_volume(kernel, "convolution", "input 1 (kernel)");
   if (bias) checked_volume(*bias, "convolution", "input 2 (bias)");
@@ -764,7 +768,7 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
   if (bias) bd = {bias->type, bias->dims};
   const Geo g = window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "convolution", false);
   if (n == 0) return;
-  if (dnn_ && run_cudnn(x, kernel, bias, out, workspace, stream)) return;
+  if (dnn_ && run_cudnn(x, kernel, bias, out, workspace, stream, act)) return;
   const ConvSizing z = conv_sizing(g, x.type);
   if (z.total > 0 && workspace == nullptr)
     fail("convolution: this convolution needs a workspace (ConvolutionKernel::workspace_bytes)");
@@ -869,6 +873,7 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
       }
     }
   });
+  if (act) activation(*act, out, out, stream);
 }
 
 // ---- deconvolution -----------------------------------------------------------------------------

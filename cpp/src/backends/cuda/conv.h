@@ -73,17 +73,22 @@ class ConvolutionKernel {
   // parameters, as the CPU's convolution_workspace_bytes).
   std::size_t workspace_bytes(const TensorRef& x, const TensorRef& kernel, const TensorRef& out) const;
   // x [N, C, spatial...], kernel [K, C / groups, k...] (any dims of that volume), optional bias
-  // [K] (any dims of K elements), out [N, K, spatial...]; all one float type.
+  // [K] (any dims of K elements), out [N, K, spatial...]; all one float type; then `act` (the
+  // node's first epilogue op, when it is an activation) in place over out.
   // With use_cudnn(): through cuDNN at exactly the shapes given there, when x, kernel and out
-  // are kCudnnAlign-aligned (a bias is first written into out, which cuDNN then accumulates
-  // onto in float32); at other shapes or alignments, the path above.
+  // are kCudnnAlign-aligned, then one pass of bias + activation (bias_activation: the
+  // convolution's result is rounded to out's type before its bias is added); at other shapes
+  // or alignments, the path above (the bias added before the one rounding), then the activation
+  // as a pass.
   void run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out, void* workspace,
-           cudaStream_t stream) const;
+           cudaStream_t stream, const ActivationParams* act = nullptr) const;
 
   // This convolution as a cuDNN problem at these shapes (data not read), or nullopt where cuDNN
   // is not used: a type other than float32/float16/bfloat16, negative padding, an empty tensor.
+  // `accumulate`: cuDNN adds its result to out (what engines built before 2026-12-03 stored,
+  // with the bias written into out first; tactic field a:1); new tactics have a:0.
   std::optional<CudnnConvShape> cudnn_shape(const TensorRef& x, const TensorRef& kernel, const TensorRef& out,
-                                            bool bias) const;
+                                            bool accumulate) const;
   // Runs `shape` through cuDNN's configuration `config` (CudnnConv::candidates); throws
   // tensoracle::Error when its plan cannot be built here or needs more than `max_workspace`
   // bytes (what the engine reserved when it was built). workspace_bytes() then covers it.
@@ -94,7 +99,7 @@ class ConvolutionKernel {
  private:
   // The cuDNN path of run(); false (nothing launched) where it does not apply.
   bool run_cudnn(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
-                 void* workspace, cudaStream_t stream) const;
+                 void* workspace, cudaStream_t stream, const ActivationParams* act) const;
 
   std::string name_;
   ConvolutionParams params_;

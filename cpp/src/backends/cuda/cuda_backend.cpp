@@ -2,7 +2,9 @@
 // runtime; matrix multiplies through cuBLASLt (gemm.h); every other layer through the kernels
 // of kernels.h. A node's epilogue runs as in-order pointwise passes over scratch buffers, as on
 // the CPU, except a bias row and ReLU / GELU (tanh) after a matrix multiply, which cuBLASLt's
-// own epilogue applies. Executions of fixed shapes replay CUDA graphs (record()).
+// own epilogue applies, and an activation after a convolution, which the convolution applies
+// (after cuDNN, in one pass with its bias). Executions of fixed shapes replay CUDA graphs
+// (record()).
 //
 // The core opens this library with dlopen and calls tensoracle_cuda_backend (below) once per
 // device; everything else goes through the runtime::Backend interface.
@@ -180,6 +182,14 @@ std::vector<std::vector<double>> time_candidates(std::size_t count, cudaStream_t
   return times;
 }
 
+// A convolution applies the activation its epilogue starts with (on the cuDNN path in the same
+// pass as its bias).
+std::optional<ActivationParams> conv_activation(const graph::Node& n) {
+  if (n.epilogue.empty()) return std::nullopt;
+  if (const auto* a = std::get_if<ActivationParams>(&n.epilogue[0].params)) return *a;
+  return std::nullopt;
+}
+
 class CudaBackend;
 
 class CudaNodeKernel final : public NodeKernel {
@@ -220,16 +230,16 @@ class CudaNodeKernel final : public NodeKernel {
   std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
     auto descs = chain(in);
     const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
-    if (node_.epilogue.size() == lt_fused_) return main_ws;
+    if (node_.epilogue.size() == fused_) return main_ws;
     std::size_t biggest = 0;
-    for (std::size_t i = lt_fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
+    for (std::size_t i = fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
     return main_ws + (epilogue_passes() > 1 ? 2 : 1) * align_up(biggest);
   }
 
   // The passes run() makes after the main op (an activation and the quantize after it are one).
   std::size_t epilogue_passes() const {
     std::size_t passes = 0;
-    for (std::size_t i = lt_fused_; i < node_.epilogue.size(); ++i, ++passes)
+    for (std::size_t i = fused_; i < node_.epilogue.size(); ++i, ++passes)
       if (std::holds_alternative<ActivationParams>(node_.epilogue[i].params) && i + 1 < node_.epilogue.size() &&
           std::holds_alternative<QuantizeParams>(node_.epilogue[i + 1].params))
         ++i;
@@ -249,7 +259,8 @@ class CudaNodeKernel final : public NodeKernel {
   std::unique_ptr<cuda::ConvolutionKernel> conv_;
   std::unique_ptr<cuda::DeconvolutionKernel> deconv_;
   std::unique_ptr<cuda::EinsumKernel> einsum_;
-  std::size_t lt_fused_ = 0;  // epilogue ops cuBLASLt applies
+  std::size_t fused_ = 0;  // epilogue ops the main op applies (cuBLASLt's epilogue, a convolution's activation)
+  std::optional<ActivationParams> conv_act_;  // a convolution's fused activation
 };
 
 class CudaBackend final : public Backend {
@@ -449,7 +460,7 @@ class CudaBackend final : public Backend {
     std::vector<cuda::CudnnConv::Candidate> configs;
     try {
       shape = plain.cudnn_shape({nullptr, in[0].type, in[0].dims}, {nullptr, in[1].type, in[1].dims},
-                                {nullptr, main.type, main.dims}, has_bias);
+                                {nullptr, main.type, main.dims}, false);
       if (!shape || !dnn_.handle()) return base;
       // cuDNN's scratch: up to kChunkBytes, or what a workspace limit leaves beside the node's
       // other scratch (its epilogue's); the backend's own path stays reserved as the fallback for
@@ -518,8 +529,9 @@ class CudaBackend final : public Backend {
       for (const auto& k : kernels) ws_bytes = std::max(ws_bytes, k->workspace_bytes(x, w, o));
       void* ws = ws_bytes ? scratch({DataType::kINT8, Dims{static_cast<std::int64_t>(ws_bytes)}}) : nullptr;
       stream = static_cast<cudaStream_t>(create_stream());
+      const auto act = conv_activation(n);
       const auto times = time_candidates(kernels.size(), stream, [&](std::size_t i) {
-        kernels[i]->run(x, w, has_bias ? &b : nullptr, o, ws, stream);
+        kernels[i]->run(x, w, has_bias ? &b : nullptr, o, ws, stream, act ? &*act : nullptr);
       });
       const int chosen = cuda::choose_timed(times, kTunedMargin);
       if (chosen >= 0) best = names[static_cast<std::size_t>(chosen)];
@@ -663,6 +675,8 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
   for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
   if (const auto* c = std::get_if<ConvolutionParams>(&n.params)) {
     conv_ = std::make_unique<cuda::ConvolutionKernel>(backend.lt(), n.name, *c);
+    conv_act_ = conv_activation(n);
+    fused_ = conv_act_ ? 1 : 0;
     if (n.tactic.starts_with(cuda::kCudnnTacticPrefix)) {
       cuda::CudnnTactic t;
       if (!cuda::parse_cudnn_tactic(n.tactic, t))
@@ -682,7 +696,7 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
   if (const auto* e = std::get_if<EinsumParams>(&n.params)) einsum_ = std::make_unique<cuda::EinsumKernel>(backend.lt(), n.name, *e);
   if (const auto* p = std::get_if<MatrixMultiplyParams>(&n.params)) {
     auto [fused, epilogue] = lt_epilogue(g, n);
-    lt_fused_ = fused;
+    fused_ = fused;
     cuda::GemmTactic t;
     if (!n.tactic.empty() && !cuda::parse_gemm_tactic(n.tactic, t))
       throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic is not a matrix multiply's (malformed engine)");
@@ -703,16 +717,16 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
   DeviceGuard guard(backend_.index());
   auto* ws = static_cast<std::byte*>(workspace);
   const cudaStream_t s = as_stream(stream);
-  if (node_.epilogue.size() == lt_fused_) {
+  if (node_.epilogue.size() == fused_) {
     run_main(in, out, ws, s);
     return;
   }
   auto descs = chain(in);
   std::size_t biggest = 0;
-  for (std::size_t i = lt_fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
+  for (std::size_t i = fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
   const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
   std::byte* scratch[2] = {ws + main_ws, ws + main_ws + align_up(biggest)};
-  const std::size_t done = lt_fused_;
+  const std::size_t done = fused_;
   int slot = 0;  // the scratch buffer holding `cur`; each pass writes the other
   Buffer cur{scratch[slot], descs[done].type, descs[done].dims};
   run_main(in, cur, ws, s);
@@ -761,7 +775,7 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
       [&](const auto& p) {
         using P = std::decay_t<decltype(p)>;
         if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
-          const void* bias = lt_fused_ > 0 ? in[node_.inputs.size()].data : nullptr;
+          const void* bias = fused_ > 0 ? in[node_.inputs.size()].data : nullptr;
           cuda::GemmScales scales;
           if (node_.quantized()) scales = {in[2].data, in[3].data};
           gemm_->run(ref(in[0]), ref(in[1]), bias, ref(out), ws, s, scales);
@@ -818,7 +832,8 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
           cuda::resize(p, ref(in[0]), ref(out), s);
         } else if constexpr (std::is_same_v<P, ConvolutionParams>) {
           cuda::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cuda::TensorRef{};
-          conv_->run(ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws, s);
+          conv_->run(ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws, s,
+                     conv_act_ ? &*conv_act_ : nullptr);
         } else if constexpr (std::is_same_v<P, DeconvolutionParams>) {
           cuda::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cuda::TensorRef{};
           deconv_->run(ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws, s);

@@ -8,8 +8,9 @@
 // always 0 and no CudnnConv can be made.
 //
 // A CudnnConv is one operation graph (its problem: CudnnConvShape, cudnn_tactic.h): a
-// cross-correlation at fixed shapes, float32 compute, the output blended as y = conv(x, w) + beta * y (beta 1 when a bias was written into y first, so
-// that the bias is added in float32 before the one rounding to the output type). Its engine
+// cross-correlation at fixed shapes, float32 compute, the output blended as
+// y = conv(x, w) + beta * y (beta 1 only for tactics of engines built before 2026-12-03, which
+// wrote the bias into y first; now beta is 0 and a pass adds the bias after cuDNN). Its engine
 // configurations are described by a string ("<engine global index>[,<knob type>=<value>]..."),
 // which the builder stores in the node's tactic (cudnn_tactic.h) and the engine reopens without
 // heuristics.

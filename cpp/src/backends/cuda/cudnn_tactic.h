@@ -6,9 +6,10 @@
 //
 // dims are 'x'-separated decimals (x, w, y: 4 or 5 of them, >= 1; the spatial fields: 2 or 3,
 // stride and dilation >= 1, padding >= 0); the type is DataType's value (float32, float16 or
-// bfloat16); a: 1 when a bias was written into y first; the configuration is cuDNN's engine
-// global index then ",<knob type>=<value>" per knob; ws: the workspace the engine reserved for
-// the plan. Engine files are untrusted input: parse_cudnn_tactic accepts exactly what
+// bfloat16); a: 1 when cuDNN accumulates onto y (a bias written into y first: engines built
+// before 2026-12-03; the builder now writes 0 and adds the bias after cuDNN); the
+// configuration is cuDNN's engine global index then ",<knob type>=<value>" per knob; ws: the
+// workspace the engine reserved for the plan. Engine files are untrusted input: parse_cudnn_tactic accepts exactly what
 // format_cudnn_tactic writes and rejects anything else without reading out of bounds.
 #pragma once
 

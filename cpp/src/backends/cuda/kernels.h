@@ -38,6 +38,11 @@ struct TensorRef {
 void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
                  cudaStream_t stream);
 void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);  // out may alias x
+// In place over y [N, C, rest...] (a float type): y = activation(y + bias[c]) per channel c, the
+// sum rounded to y's type before the activation (as an elementwise layer then an activation
+// layer give); `bias` (C elements of y's type) or `act` may be null. One pass: a convolution's
+// epilogue after cuDNN.
+void bias_activation(const TensorRef& y, const void* bias, const ActivationParams* act, cudaStream_t stream);
 void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 // Per-tensor (scale has one element) or per-channel along `axis` (already normalized >= 0).

@@ -13,6 +13,7 @@
 // Host-side checks throw InvalidArgument("[cuda] <kernel>: ...") as the CPU kernels throw
 // InvalidArgument("[cpu] ..."), before anything is launched; all work is asynchronous on the
 // given stream.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -935,6 +936,42 @@ void quantize(const TensorRef& x, const TensorRef& scale, int axis, const Tensor
   if (!ok) fail("quantize takes float32, float16 or bfloat16, not " + tn(x.type));
 }
 
+// y = activation(y + bias) per plane of P elements (bias[plane % C]), in place: a block walks a
+// plane at a time, kVec elements per access when every plane starts 16-byte aligned.
+template <class Tag, A type>
+struct BiasActivation {
+  Activation<type> act;
+  bool bias, activate;
+  __device__ typename Tag::T operator()(typename Tag::T v, float b) const {
+    float t = Tag::load(v);
+    if (bias) t = Tag::load(Tag::store(__fadd_rn(t, b)));
+    return Tag::store(activate ? act(t) : t);
+  }
+};
+
+template <class Tag, class Op, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    plane_bias_kernel(typename Tag::T* __restrict__ y, const typename Tag::T* __restrict__ bias, i64 planes, i64 P, i64 C,
+                      Op op) {
+  using T = typename Tag::T;
+  for (i64 plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+    const float b = bias ? Tag::load(bias[plane % C]) : 0.f;
+    T* row = y + plane * P;
+    if constexpr (kVec > 1) {
+      auto* rv = reinterpret_cast<uint4*>(row);
+      for (i64 i = threadIdx.x; i < P / kVec; i += blockDim.x) {
+        uint4 v = rv[i];
+        T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) e[k] = op(e[k], b);
+        rv[i] = v;
+      }
+    } else {
+      for (i64 i = threadIdx.x; i < P; i += blockDim.x) row[i] = op(row[i], b);
+    }
+  }
+}
+
 // quantize(activation(x)) with the activation's result rounded to x's type in between, as the
 // two layers give when the intermediate is stored.
 template <class FT, class Out, A type>
@@ -977,6 +1014,31 @@ void activation_quantize(const ActivationParams& p, const TensorRef& x, const Te
     });
   });
   if (!ok) fail("activation_quantize takes float32, float16 or bfloat16, not " + tn(x.type));
+}
+
+void bias_activation(const TensorRef& y, const void* bias, const ActivationParams* act, cudaStream_t stream) {
+  const i64 n = checked_volume(y, "bias_activation", "the tensor");
+  if (y.dims.rank() < 2) fail("bias_activation: the tensor " + desc(y) + " has no channel dim");
+  const i64 C = y.dims[1], planes = y.dims[0] * C;
+  if (n == 0 || (bias == nullptr && act == nullptr)) return;
+  const i64 P = n / planes;
+  const bool ok = dev::with_float(y.type, [&](auto tag) {
+    using Tag = decltype(tag);
+    using T = typename Tag::T;
+    constexpr int kVec = 16 / sizeof(T);
+    const bool vec = P % kVec == 0 && reinterpret_cast<std::uintptr_t>(y.data) % 16 == 0;
+    const unsigned grid = static_cast<unsigned>(std::min<i64>(planes, 65535 * 8));
+    auto* data = static_cast<T*>(y.data);
+    const auto* b = static_cast<const T*>(bias);
+    with_activation(act ? act->type : A::kRELU, [&](auto type) {
+      const BiasActivation<Tag, decltype(type)::value> op{{act ? act->alpha : 0.f, act ? act->beta : 0.f}, bias != nullptr,
+                                                          act != nullptr};
+      if (vec) plane_bias_kernel<Tag, decltype(op), kVec><<<grid, kThreads, 0, stream>>>(data, b, planes, P, C, op);
+      else plane_bias_kernel<Tag, decltype(op), 1><<<grid, kThreads, 0, stream>>>(data, b, planes, P, C, op);
+    });
+    check_launch("bias_activation");
+  });
+  if (!ok) fail("bias_activation takes float32, float16 or bfloat16, not " + tn(y.type));
 }
 
 void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream) {
