@@ -56,7 +56,9 @@ class CpuNodeKernel final : public NodeKernel {
   }
 
   // Scratch: the main op's (the larger of the generic kernel's and oneDNN's, since a shape
-  // oneDNN does not run falls back), then two buffers the epilogue passes alternate between.
+  // oneDNN does not run falls back), then the epilogue passes' intermediate results: two
+  // buffers they alternate between, one when the epilogue has a single op (the main result
+  // goes there and the op's pass writes the output).
   std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
     std::size_t main_ws = main_workspace(in);
     std::size_t accel_ws = 0;
@@ -65,7 +67,7 @@ class CpuNodeKernel final : public NodeKernel {
     auto descs = chain(in);
     std::size_t biggest = 0;
     for (std::size_t i = 0; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i], descs[i].dims));
-    return align_up(main_ws) + 2 * align_up(biggest);
+    return align_up(main_ws) + (node_.epilogue.size() > 1 ? 2 : 1) * align_up(biggest);
   }
 
   void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void*) const override {
@@ -84,7 +86,8 @@ class CpuNodeKernel final : public NodeKernel {
     std::size_t biggest = 0;
     for (std::size_t i = 0; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i], descs[i].dims));
     std::byte* scratch[2] = {ws + align_up(main_ws), ws + align_up(main_ws) + align_up(biggest)};
-    Buffer cur{scratch[done % 2], descs[done].type, descs[done].dims};
+    int slot = 0;  // the scratch buffer holding `cur`; each pass writes the other
+    Buffer cur{scratch[slot], descs[done].type, descs[done].dims};
     if (accel) accel_->run(in, descs[0].dims, cur, ws);
     else run_main(in, cur, ws);
     std::size_t k = node_.inputs.size();
@@ -93,7 +96,8 @@ class CpuNodeKernel final : public NodeKernel {
     for (std::size_t i = done; i < node_.epilogue.size(); ++i) {
       const auto& op = node_.epilogue[i];
       bool last = i + 1 == node_.epilogue.size();
-      Buffer next = last ? out : Buffer{scratch[(i + 1) % 2], descs[i + 1].type, descs[i + 1].dims};
+      slot = 1 - slot;
+      Buffer next = last ? out : Buffer{scratch[slot], descs[i + 1].type, descs[i + 1].dims};
       if (const auto* a = std::get_if<ActivationParams>(&op.params)) {
         cpu::activation(*a, ref(cur), ref(next));
       } else if (std::holds_alternative<CastParams>(op.params)) {
