@@ -44,8 +44,9 @@ def t64(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(a, dtype=np.float64))
 
 
-def run_layer(device: str, x: np.ndarray, dt: str, make_layer) -> np.ndarray:
-    """Builds an engine with input "x" and output "y" = make_layer(network, x), runs it on x."""
+def run_layer(device: str, x: np.ndarray, dt: str, make_layer, nodes: list | None = None) -> np.ndarray:
+    """Builds an engine with input "x" and output "y" = make_layer(network, x), runs it on x;
+    the engine's nodes (engine.layers()) go into `nodes` when given."""
 
     def graph(net):
         t = net.add_input("x", TRT[dt], x.shape)
@@ -57,6 +58,8 @@ def run_layer(device: str, x: np.ndarray, dt: str, make_layer) -> np.ndarray:
         {"x": tensoracle.InputShape.fixed(x.shape)}, tensoracle.BuilderSettings(device=device)
     )
     engine = tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
+    if nodes is not None:
+        nodes.extend(engine.layers())
     out = engine.create_execution().run({"x": x})["y"]
     assert out.dtype == NP[dt]
     return out
@@ -163,6 +166,50 @@ NARROW_CONV = ["3x3_pad1", "same_upper", "dilated_asymmetric", "groups2", "depth
 @pytest.mark.parametrize("name", case_params(CONV_CASES, NARROW_CONV))
 def test_convolution_narrow(device, name, dt):
     conv_case(device, name, dt)
+
+
+ACTS = {  # activation type, alpha, and torch's function of a float64 tensor
+    "relu": (trt.ActivationType.RELU, 0.0, F.relu),
+    "leaky_relu": (trt.ActivationType.LEAKY_RELU, 0.1, lambda t: F.leaky_relu(t, 0.1)),
+    "sigmoid": (trt.ActivationType.SIGMOID, 0.0, torch.sigmoid),
+    "gelu_erf": (trt.ActivationType.GELU_ERF, 0.0, F.gelu),
+}
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16"])
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("name", ["3x3_pad1", "depthwise", "1x1_stride2"])
+def test_convolution_with_activation(device, name, act, dt):
+    """A convolution followed by an activation: the builder fuses the pair into one node (the
+    bias and the activation applied by one pass on the GPU), with and without a bias; the
+    result is the activation of the rounded convolution."""
+    shape, maps, k, s, _, pre, post, groups, _, has_bias = CONV_CASES[name]
+    kind, alpha, fn = ACTS[act]
+    rng = rng_for("conv_act", name, act, dt)
+    x = rand(rng, shape, dt)
+    w = rand(rng, (maps, shape[1] // groups) + k, dt, 1 / math.sqrt(shape[1] // groups * math.prod(k)))
+    b = rand(rng, (maps,), dt) if has_bias else None
+    stride = tup(s, len(k), 1)
+
+    def layer(net, t):
+        c = net.add_convolution_nd(t, maps, k, w, b)
+        c.stride_nd = stride
+        c.num_groups = groups
+        if pre is not None:
+            c.pre_padding = pre
+            c.post_padding = post
+        a = net.add_activation(c.get_output(0), kind)
+        a.alpha = alpha
+        return a
+
+    nodes: list = []
+    out = run_layer(device, x, dt, layer, nodes)
+    assert len(nodes) == 1 and len(nodes[0].fused) == 1, [(n.name, n.type, n.fused) for n in nodes]
+    p0, p1 = tup(pre, len(k), 0), tup(post, len(k), 0)
+    conv = F.conv2d(pad_nd(t64(x), p0, p1), t64(w), t64(b) if b is not None else None, stride=stride, groups=groups)
+    if dt != "f32":  # the convolution is stored in its type before the activation
+        conv = torch.from_numpy(conv.numpy().astype(NP[dt]).astype(np.float64))
+    check(out, fn(conv), dt, f"conv {name} + {act} {dt}")
 
 
 def test_convolution_resnet_stem(device):

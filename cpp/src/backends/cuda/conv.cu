@@ -471,14 +471,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// float32 output (N, K, P): out += bias[k], the GEMM result first as in the CPU's sgemm onto a
-// bias-filled C.
-template <class I>
-__global__ void __launch_bounds__(kThreads)
-    bias_add_kernel(float* __restrict__ out, const float* __restrict__ bias, I total, I P, I K) {
-  CONV_GRID_LOOP(I, l, total) out[l] = out[l] + bias[(l / P) % K];
-}
-
 // out (N, K, P) = the bias (zero without one), rounded: a (de)convolution without input
 // channels.
 template <class Tag, class I>
@@ -789,6 +781,7 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
         depthwise_kernel<Tag, I><<<blocks_for(n), kThreads, 0, stream>>>(xs, ws, bs, os, static_cast<I>(n), g);
       });
       check_launch("convolution (depthwise)");
+      if (act) activation(*act, out, out, stream);
       return;
     }
     if (R == 0) {  // no input channels: the bias alone
@@ -798,6 +791,7 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
                                                                           static_cast<I>(g.K));
       });
       check_launch("convolution (bias)");
+      if (act) activation(*act, out, out, stream);
       return;
     }
 
@@ -862,18 +856,11 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
         }
       }
     }
-    if constexpr (!narrow) {
-      if (bs) {
-        by_index(all_small({n}), [&](auto ix) {
-          using I = decltype(ix);
-          bias_add_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(os, bs, static_cast<I>(n), static_cast<I>(P),
-                                                                     static_cast<I>(g.K));
-        });
-        check_launch("convolution (bias)");
-      }
-    }
+    // float32: the bias and the activation in one pass over the GEMM's result; narrower types
+    // were rounded with their bias by conv_store_kernel, the activation follows
+    if constexpr (!narrow) bias_activation(out, bs, act, stream);
+    else if (act) activation(*act, out, out, stream);
   });
-  if (act) activation(*act, out, out, stream);
 }
 
 // ---- deconvolution -----------------------------------------------------------------------------
