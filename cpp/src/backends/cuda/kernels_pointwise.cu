@@ -287,6 +287,43 @@ __global__ void binary_kernel(const typename In::T* a, const typename In::T* b, 
   }
 }
 
+// binary_kernel over packs of V consecutive outputs along the plan's innermost dim, whose
+// length is a multiple of V and along which each operand is contiguous (stride 1: one 16-byte
+// load) or broadcast (stride 0: one element for the pack). Same values as binary_kernel.
+template <class Tag, class Op, int V>
+__global__ void binary_pack_kernel(const typename Tag::T* a, const typename Tag::T* b, typename Tag::T* o, i64 n,
+                                   Plan<2> p) {
+  using T = typename Tag::T;
+  const Op op;
+  const int last = p.rank - 1;
+  const bool va = p.s[0][last] != 0, vb = p.s[1][last] != 0;
+  for (i64 i = first_index() * V; i < n; i += grid_step() * V) {
+    i64 off[2];
+    if (p.rank == 1) {
+      off[0] = i * p.s[0][0];
+      off[1] = i * p.s[1][0];
+    } else {
+      plan_offsets(i, p, off);
+    }
+    Pack<T, V> x, y, z;
+    if (va) {
+      x = *reinterpret_cast<const Pack<T, V>*>(a + off[0]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) x.v[k] = a[off[0]];
+    }
+    if (vb) {
+      y = *reinterpret_cast<const Pack<T, V>*>(b + off[1]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) y.v[k] = b[off[1]];
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) z.v[k] = Tag::store(op(Tag::load(x.v[k]), Tag::load(y.v[k])));
+    *reinterpret_cast<Pack<T, V>*>(o + i) = z;
+  }
+}
+
 struct BinaryArgs {
   const void* a;
   const void* b;
@@ -296,8 +333,35 @@ struct BinaryArgs {
   cudaStream_t stream;
 };
 
+// Whether binary_pack_kernel<V> takes these buffers: float operands and output of one type,
+// the innermost dim a multiple of V along which each operand has stride 0 or 1, and every
+// buffer 16-byte aligned (a contiguous operand's outer strides are then multiples of V too).
+template <int V>
+bool packable(const BinaryArgs& r, std::size_t pack_bytes) {
+  const auto& p = r.plan;
+  const int last = p.rank - 1;
+  const auto aligned = [&](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % pack_bytes == 0; };
+  if (p.d[last] % V != 0 || !aligned(r.out)) return false;
+  for (int k = 0; k < 2; ++k) {
+    const i64 st = p.s[k][last];
+    if (st != 0 && st != 1) return false;
+    if (st == 1 && !aligned(k == 0 ? r.a : r.b)) return false;
+  }
+  return true;
+}
+
 template <class In, class Out, E op>
 void launch_binary(const BinaryArgs& r) {
+  if constexpr (std::is_same_v<In, Out> && (std::is_same_v<In, F32> || std::is_same_v<In, F16> || std::is_same_v<In, BF16>)) {
+    using T = typename In::T;
+    constexpr int V = 16 / sizeof(T);
+    if (packable<V>(r, sizeof(Pack<T, V>))) {
+      binary_pack_kernel<In, Binary<op>, V><<<blocks_for(r.n / V), kThreads, 0, r.stream>>>(
+          static_cast<const T*>(r.a), static_cast<const T*>(r.b), static_cast<T*>(r.out), r.n, r.plan);
+      check_launch("elementwise");
+      return;
+    }
+  }
   binary_kernel<In, Out, Binary<op>><<<blocks_for(r.n), kThreads, 0, r.stream>>>(
       static_cast<const typename In::T*>(r.a), static_cast<const typename In::T*>(r.b),
       static_cast<typename Out::T*>(r.out), r.n, r.plan);
