@@ -157,8 +157,11 @@ __device__ inline i64 group_offset(i64 flat, int n, const i64* size, const i64* 
   return off;
 }
 
-// The offset of output o's first element (its kept position).
+// The offset of output o's first element (its kept position). Without a kept innermost group
+// and with at most one kept group (rows over the innermost dims: a softmax or LayerNorm over
+// the last axis), no division: o < ks[0].
 __device__ inline i64 base_of(const Plan& p, i64 o) {
+  if (p.kin == 1 && p.nk <= 1) return p.nk == 0 ? 0 : o * p.kst[0];
   return group_offset(o / p.kin, p.nk, p.ks, p.kst) + o % p.kin;
 }
 
@@ -215,6 +218,7 @@ __device__ inline A warp_reduce(A v, Op op) {
 // (threadIdx.y picks the warp's output), or (threads, 1): one block per output.
 struct RowTeam {
   static constexpr bool kColumns = false;
+  static constexpr int kRows = 1;  // outputs per warp
   __device__ static int rank() { return static_cast<int>(threadIdx.x); }
   __device__ static int size() { return static_cast<int>(blockDim.x); }
   __device__ static i64 first() { return static_cast<i64>(blockIdx.x) * blockDim.y + threadIdx.y; }
@@ -232,6 +236,28 @@ struct RowTeam {
     A r = scratch[0];
     for (unsigned w = 1; w < blockDim.x / 32; ++w) r = op(r, scratch[w]);
     return r;
+  }
+};
+
+// W < 32 lanes per output, blockDim = (32, warps): each warp serves 32 / W consecutive outputs
+// at once. For short rows, whose time goes to the per-output work (the reductions' shuffle
+// trees, a division): a warp does it for several outputs with the same instructions. The loop
+// over units stays uniform across the warp (its outputs past the end are inactive).
+template <int W>
+struct SubRowTeam {
+  static_assert(W == 4 || W == 8 || W == 16);
+  static constexpr bool kColumns = false;
+  static constexpr int kRows = 32 / W;
+  __device__ static int rank() { return static_cast<int>(threadIdx.x) % W; }
+  __device__ static int size() { return W; }
+  __device__ static i64 first() { return (static_cast<i64>(blockIdx.x) * blockDim.y + threadIdx.y) * kRows; }
+  __device__ static i64 step() { return static_cast<i64>(gridDim.x) * blockDim.y * kRows; }
+  __device__ static bool leader() { return rank() == 0; }
+  // A shuffle tree over the W lanes of the output; each of them gets the result.
+  template <class A, class Op>
+  __device__ static A reduce(A v, Op op, A*) {
+    for (int d = W / 2; d > 0; d >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, d, W));
+    return __shfl_sync(0xffffffffu, v, 0, W);
   }
 };
 
@@ -267,6 +293,9 @@ __device__ inline bool output_of(const Plan& p, i64 u, i64& o) {
     const i64 c = (u % chunks) * 32 + threadIdx.x;
     o = (u / chunks) * p.kin + c;
     return c < p.kin;
+  } else if constexpr (Team::kRows > 1) {
+    o = u + static_cast<i64>(threadIdx.x) / (32 / Team::kRows);
+    return o < p.nout;
   } else {
     o = u;
     return true;
@@ -316,6 +345,10 @@ void launch_teams(const Plan& p, Launch&& launch) {
   } else if (p.count >= 1024) {  // a block per output
     const unsigned threads = (p.nout < 256 && p.count >= 16384) ? kMaxBlock : 256;
     launch(RowTeam{}, dim3(grid_for(p.nout)), dim3(threads, 1));
+  } else if (p.count <= 128) {  // 4 outputs per warp, 8 warps per block
+    launch(SubRowTeam<8>{}, dim3(grid_for(p.nout, 8 * 4)), dim3(32, 8));
+  } else if (p.count <= 256) {  // 2 outputs per warp
+    launch(SubRowTeam<16>{}, dim3(grid_for(p.nout, 8 * 2)), dim3(32, 8));
   } else {  // a warp per output, 8 per block
     launch(RowTeam{}, dim3(grid_for(p.nout, 8)), dim3(32, 8));
   }
@@ -513,7 +546,25 @@ struct NormArgs {
   DataType scale_type, bias_type;
   Bcast bc;
   double inv_count, eps;
+  // Scale and bias that vary along each output's contiguous elements only (a LayerNorm's
+  // (1, .., H) weights): their offsets are the position in the row times these strides.
+  bool row = false;
+  i64 row_ss = 0, row_bs = 0;
 };
+
+// The scale's and the bias's offsets for element `off`, `in_row` its position in its output's
+// elements: without divisions for the common layouts.
+__device__ inline void norm_offsets(const NormArgs& a, i64 off, i64 in_row, i64& so, i64& bo) {
+  if (a.row) {
+    so = in_row * a.row_ss;
+    bo = in_row * a.row_bs;
+  } else if (a.bc.rank == 1) {
+    so = off * a.bc.ss[0];
+    bo = off * a.bc.bs[0];
+  } else {
+    bcast_offsets(a.bc, off, so, bo);
+  }
+}
 
 // Per statistics set: mean and 1 / sqrt(var + eps) in double (two passes), rounded to float;
 // then y = (x - mean) * rstd * scale + bias in float, rounded once to the output.
@@ -539,10 +590,11 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
     sq = Team::reduce(sq, AddD{}, scratch);
     const float mean = __double2float_rn(mu);
     const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__dmul_rn(sq, a.inv_count), a.eps))));
+    const i64 base = a.row ? base_of(p, o) : 0;
     if (active)
       for_each_reduced<Team>(p, o, [&](i64 off) {
         i64 so, bo;
-        bcast_offsets(a.bc, off, so, bo);
+        norm_offsets(a, off, off - base, so, bo);
         const float sc = load_any_float(a.scale, a.scale_type, so);
         const float bi = load_any_float(a.bias, a.bias_type, bo);
         const float y = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(Tag::load(x[off]), mean), rstd), sc), bi);
@@ -889,6 +941,15 @@ void normalization(const NormalizationParams& p, const TensorRef& x, const Tenso
         b.bs[b.rank] = bst[d];
         ++b.rank;
       }
+    }
+    // Rows of contiguous elements (no reduced group but the innermost) whose length is the
+    // innermost broadcast group's, the outer groups broadcasting scale and bias.
+    const Bcast& b = a.bc;
+    if (plan.nr == 0 && plan.kin == 1 && b.rank >= 2 && b.d[b.rank - 1] == plan.rin) {
+      a.row = true;
+      for (int g = 0; g + 1 < b.rank; ++g) a.row = a.row && b.ss[g] == 0 && b.bs[g] == 0;
+      a.row_ss = b.ss[b.rank - 1];
+      a.row_bs = b.bs[b.rank - 1];
     }
     const auto* xp = static_cast<const T*>(x.data);
     auto* op = static_cast<T*>(out.data);
