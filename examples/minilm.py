@@ -57,6 +57,7 @@ SampleMode = getattr(trt, "SampleMode", _native.SampleMode)
 
 MAX_ABS_ERROR = 1e-4  # pooled embeddings, fp32, against torch
 MASK_VALUE = float(np.finfo(np.float32).min)  # additive mask of padded keys, as Hugging Face uses
+NUMPY_TYPE = {trt.float32: np.float32, trt.float16: np.float16}  # the graph's float types
 
 
 @dataclass(frozen=True)
@@ -185,8 +186,9 @@ class Encoder(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        mask = attention_mask.to(torch.float32)
-        additive = ((1.0 - mask) * MASK_VALUE)[:, None, None, :]  # (B, 1, 1, S)
+        dtype = self.embeddings.word_embeddings.weight.dtype  # float32, or the model's .half()
+        mask = attention_mask.to(dtype)
+        additive = ((1.0 - mask) * torch.finfo(dtype).min)[:, None, None, :]  # (B, 1, 1, S)
         h = self.encoder(self.embeddings(input_ids, token_type_ids), additive)
         weights = mask[:, :, None]
         return (h * weights).sum(1) / torch.clamp(weights.sum(1), min=1e-9)
@@ -225,13 +227,15 @@ def save_weights(path, seed: int = 0, config: Config = MINILM) -> Encoder:
 
 
 # --- the graph function (TensorRT's Python API) --------------------------------------------
-def graph(path, batch=None, seq=None, token_type_ids=False):
+def graph(path, batch=None, seq=None, token_type_ids=False, dtype=trt.float32):
     """The encoder as a network definition, from the safetensors file at `path`.
 
     Inputs "input_ids" and "attention_mask", int32 (B, S); B and S are dynamic (-1) unless
     `batch` / `seq` fix them. Token types are all 0 (the type-0 embedding is added as a
     constant) unless `token_type_ids` asks for a third int32 (B, S) input of that name.
-    Output "embedding", float32 (B, hidden). The hidden size, head count (hidden / 32) and
+    Output "embedding", of `dtype` (B, hidden): trt.float32, or trt.float16 for an engine whose
+    weights and activations are float16 (the padded keys' additive mask then float16's
+    minimum). The hidden size, head count (hidden / 32) and
     layer count come from the file.
     """
 
@@ -243,13 +247,13 @@ def graph(path, batch=None, seq=None, token_type_ids=False):
         layers = 1 + max(int(k.split(".")[2]) for k in w if k.startswith("encoder.layer."))
 
         def constant(array, shape=None):
-            array = np.ascontiguousarray(array, dtype=np.float32)
+            array = np.ascontiguousarray(array, dtype=NUMPY_TYPE[dtype])
             if shape is not None:
                 array = array.reshape(shape)
             return network.add_constant(array.shape, array).get_output(0)
 
         def scalar(value, rank):
-            return constant(np.array(value, dtype=np.float32), (1,) * rank)
+            return constant(np.array(value), (1,) * rank)
 
         def out(layer):
             return layer.get_output(0)
@@ -288,7 +292,7 @@ def graph(path, batch=None, seq=None, token_type_ids=False):
         B, S = (-1 if batch is None else batch), (-1 if seq is None else seq)
         input_ids = network.add_input("input_ids", trt.int32, (B, S))
         attention_mask = network.add_input("attention_mask", trt.int32, (B, S))
-        mask = out(network.add_cast(attention_mask, trt.float32))  # (B, S)
+        mask = out(network.add_cast(attention_mask, dtype))  # (B, S)
 
         # embeddings: word + position + token type 0, then LayerNorm
         words = network.add_gather(constant(w["embeddings.word_embeddings.weight"]), input_ids, 0)
@@ -300,7 +304,7 @@ def graph(path, batch=None, seq=None, token_type_ids=False):
             ids = named(network.add_slice(arange, (0, 0), (1, seq), (1, 1)), "embeddings.position_ids")
             positions = out(network.add_gather(table, ids, 0))  # (1, S, hidden)
         else:  # S known at run time only: see dynamic_rows
-            positions = reshape(dynamic_rows(network, table, mask, rows), (1, -1, hidden))
+            positions = reshape(dynamic_rows(network, table, mask, rows, NUMPY_TYPE[dtype]), (1, -1, hidden))
         types = w["embeddings.token_type_embeddings.weight"]
         if token_type_ids:
             type_ids = network.add_input("token_type_ids", trt.int32, (B, S))
@@ -313,7 +317,8 @@ def graph(path, batch=None, seq=None, token_type_ids=False):
 
         # additive attention mask (1 - mask) * MASK_VALUE, as (B, 1, 1, S)
         padded = named(network.add_elementwise(scalar(1.0, 2), mask, trt.ElementWiseOperation.SUB), "mask.padded")
-        additive = named(network.add_elementwise(padded, scalar(MASK_VALUE, 2), PROD), "mask.additive")
+        minimum = float(np.finfo(NUMPY_TYPE[dtype]).min)
+        additive = named(network.add_elementwise(padded, scalar(minimum, 2), PROD), "mask.additive")
         additive = reshape(additive, (0, 1, 1, -1))
 
         for i in range(layers):
@@ -352,7 +357,7 @@ def graph(path, batch=None, seq=None, token_type_ids=False):
     return define
 
 
-def dynamic_rows(network, table, like, rows):
+def dynamic_rows(network, table, like, rows, numpy_type=np.float32):
     """The first S rows of the constant `table` (rows x width), S being `like`'s dim 1 at run time.
 
     No shape layer, no dynamic slice: table^T's first S columns are picked by a one-hot
@@ -364,7 +369,7 @@ def dynamic_rows(network, table, like, rows):
         return layer.get_output(0)
 
     def const(values, shape):
-        array = np.asarray(values, dtype=np.float32).reshape(shape)
+        array = np.asarray(values, dtype=numpy_type).reshape(shape)
         return out(network.add_constant(array.shape, array))
 
     def reshape(x, dims):

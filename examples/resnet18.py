@@ -135,12 +135,15 @@ def images(batch: int, size: int = 224, seed: int = 1) -> np.ndarray:
 
 
 # --- the graph function (TensorRT's Python API) ----------------------------------------------
-def graph(path, size=224, batch=-1):
+def graph(path, size=224, batch=-1, dtype=trt.float32):
     """The graph function: ResNet-18 from the safetensors file at `path`.
 
     Input "images": float32 (batch, 3, size, size), batch -1 (dynamic) by default; output
-    "logits" (batch, 1000).
+    "logits" (batch, 1000). With dtype=trt.float16 the input, the weights (folded in float32,
+    then rounded) and every activation are float16.
     """
+
+    numpy_type = {trt.float32: np.float32, trt.float16: np.float16}[dtype]
 
     def define(network):
         weights = load_file(str(path))
@@ -155,7 +158,7 @@ def graph(path, size=224, batch=-1):
             scale = gamma / np.sqrt(var + np.float32(BN_EPS))
             kernel = np.ascontiguousarray(kernel * scale[:, None, None, None], dtype=np.float32)
             bias = np.ascontiguousarray(beta - mean * scale, dtype=np.float32)
-            return kernel, bias
+            return kernel.astype(numpy_type), bias.astype(numpy_type)
 
         def conv_bn(x, prefix_conv, prefix_bn, stride, padding, name):
             kernel, bias = folded(prefix_conv, prefix_bn)
@@ -171,7 +174,7 @@ def graph(path, size=224, batch=-1):
             layer.name = name
             return layer.get_output(0)
 
-        x = network.add_input("images", trt.float32, (batch, 3, size, size))
+        x = network.add_input("images", dtype, (batch, 3, size, size))
         x = relu(conv_bn(x, "conv1", "bn1", 2, 3, "conv1"), "relu")
         pool = network.add_pooling_nd(x, trt.PoolingType.MAX, (3, 3))
         pool.stride_nd = (2, 2)
@@ -200,8 +203,8 @@ def graph(path, size=224, batch=-1):
         avg = network.add_reduce(x, trt.ReduceOperation.AVG, (1 << 2) | (1 << 3), False)
         avg.name = "avgpool"
         # Fully connected: (N, 512) x fc.weight^T (512 x 1000) + bias (1 x 1000).
-        fc_weight = np.ascontiguousarray(weights["fc.weight"], dtype=np.float32)
-        fc_bias = np.ascontiguousarray(weights["fc.bias"], dtype=np.float32).reshape(1, -1)
+        fc_weight = np.ascontiguousarray(weights["fc.weight"], dtype=numpy_type)
+        fc_bias = np.ascontiguousarray(weights["fc.bias"], dtype=numpy_type).reshape(1, -1)
         w = network.add_constant(fc_weight.shape, fc_weight).get_output(0)
         bias = network.add_constant(fc_bias.shape, fc_bias).get_output(0)
         fc = network.add_matrix_multiply(avg.get_output(0), trt.MatrixOperation.NONE, w, trt.MatrixOperation.TRANSPOSE)

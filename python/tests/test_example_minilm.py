@@ -157,3 +157,23 @@ def test_example_main_runs(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "max abs error vs torch" in text and "OK" in text
     assert "intermediate.dense (matrix_multiply) + bias + gelu" in text
+
+
+def test_float16_graph_matches_the_torch_model_in_float16(small):
+    """graph(dtype=trt.float16): float16 weights and activations (the additive mask at float16's
+    minimum). Against torch's fp32 model its error is float16's; torch's own float16 model (the
+    example's Encoder after .half()) lands within the same distance."""
+    import tensoracle.trt as trt
+
+    declaration = minilm.engine_declaration(max_batch=2, seq=16, opt=(2, 16))
+    engine = tensoracle.deserialize_engine(
+        tensoracle.build_serialized_engine(minilm.graph(str(small[0]), seq=16, dtype=trt.float16), declaration))
+    inputs = minilm.sample_inputs(2, 16)
+    result = run(engine, inputs)
+    assert result.shape == (2, SMALL.hidden) and result.dtype == np.float16
+    reference = minilm.torch_embeddings(small[1], inputs)
+    half = minilm.make_model(3, SMALL).half()
+    with torch.no_grad():
+        torch_half = half(torch.from_numpy(inputs["input_ids"]).long(), torch.from_numpy(inputs["attention_mask"])).float()
+    ours, theirs = max_error(result, reference), max_error(torch_half.numpy(), reference)
+    assert 0 < ours <= 2e-2 and ours <= 4 * theirs + 1e-3, (ours, theirs)

@@ -134,3 +134,22 @@ def test_residual_add_and_relu_fused_into_conv2_dynamic_batch(engine):
 
 def test_activation_memory_is_planned(engine):
     assert 0 < engine.activation_bytes < engine.naive_activation_bytes
+
+
+def test_float16_graph_matches_pytorch_within_float16_error(model):
+    """graph(dtype=trt.float16): the folded weights rounded to float16, float16 activations. The
+    logits stay within float16's error of torch's fp32 model and pick the same classes."""
+    import tensoracle.trt as trt
+
+    path, torch_model = model
+    declaration = tensoracle.EngineBuild({"images": tensoracle.InputShape.fixed((2, 3, SIZE, SIZE))},
+                                         tensoracle.BuilderSettings(device="cpu"))
+    engine = tensoracle.deserialize_engine(
+        tensoracle.build_serialized_engine(resnet18.graph(path, SIZE, 2, trt.float16), declaration))
+    x = resnet18.images(2, SIZE)
+    got = engine.create_execution().run({"images": x.astype(np.float16)})["logits"]
+    assert got.dtype == np.float16 and got.shape == (2, resnet18.CLASSES)
+    expected = resnet18.torch_logits(torch_model, x)
+    max_abs, _ = resnet18.errors(got.astype(np.float32), expected)
+    assert 0 < max_abs <= 5e-2, max_abs
+    assert np.array_equal(np.argmax(got, 1), np.argmax(expected, 1))
