@@ -9,6 +9,10 @@ Workloads (PERFORMANCE.md's peers):
   gemm     8192^3 bfloat16 through an engine, against torch.matmul (cuBLAS) in the same run
   conv     2 x (Conv2d 64->64, 3x3, padding 1, bias + ReLU) on 32 x 64 x 56 x 56 (a ResNet
            stage's shape), float32 (no TF32) and float16, against torch with cudnn.benchmark on
+  resnet18 examples/resnet18.py's network (BatchNorm folded by the graph function; torch runs
+           the model with its BatchNorms), batch 64 at 224 x 224, float32 and float16
+  minilm   examples/minilm.py's encoder (6 layers, hidden 384, 12 heads) with mean pooling,
+           batch 32 x 128 tokens (some sequences padded), float32 and float16
 
 For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
 `--iterations` back-to-back launches) for: tensoracle (enqueue on a stream: eager the first
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -38,6 +43,7 @@ import torch
 import tensoracle
 import tensoracle.trt as trt
 
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 TRT_DTYPE = {torch.float32: trt.float32, torch.float16: trt.float16, torch.bfloat16: trt.bfloat16}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -105,7 +111,9 @@ def engine_of(layers, x_shape, dtype, fp8_scales=None, level=3):
 def conv_engine(convs, dtype):
     """A builder of y = relu(conv(x)) per torch Conv2d in `convs` (same weights): (shape, level) -> engine."""
 
-    def build(x_shape, level):
+    def build(inputs, level):
+        x_shape = tuple(inputs["x"].shape)
+
         def graph(net):
             t = net.add_input("x", TRT_DTYPE[dtype], tuple(x_shape))
             for c in convs:
@@ -132,10 +140,47 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None):
+def examples():
+    """The examples' modules (resnet18, minilm). They read and write weights with the safetensors
+    package; where it is missing (the GPU machine), tensoracle's reader and writer of the same
+    format stand in for the two functions they use."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    try:
+        import safetensors.numpy  # noqa: F401
+        import safetensors.torch  # noqa: F401
+    except ImportError:
+        import types
+
+        import tensoracle.safetensors as ours
+
+        def save_torch(tensors, path):
+            ours.save_file({k: v.detach().cpu().numpy() for k, v in tensors.items()}, path)
+
+        package = types.ModuleType("safetensors")
+        package.numpy = types.SimpleNamespace(load_file=ours.load_file)
+        package.torch = types.SimpleNamespace(save_file=save_torch)
+        sys.modules.update({"safetensors": package, "safetensors.numpy": package.numpy, "safetensors.torch": package.torch})
+    import minilm
+    import resnet18
+
+    return resnet18, minilm
+
+
+def network_engine(graph, inputs: dict, level: int) -> bytes:
+    """An engine of `graph` for the fixed shapes of `inputs` (name: torch tensor) on cuda:0."""
+    decl = tensoracle.EngineBuild({k: tensoracle.InputShape.fixed(tuple(v.shape)) for k, v in inputs.items()},
+                                  tensoracle.BuilderSettings(device="cuda:0", optimization_level=level))
+    return tensoracle.build_serialized_engine(graph, decl)
+
+
+def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None, out="y"):
+    """Times `layers` (a list for engine_of, or a builder: (inputs, level) -> engine bytes) on
+    input `x` (a tensor named "x", or a dict of named tensors) beside torch_fn, output `out`."""
     stream = torch.cuda.Stream()
-    if callable(layers):  # a builder of its own (conv_engine)
-        data = layers(tuple(x.shape), args.level)
+    inputs = x if isinstance(x, dict) else {"x": x}
+    if callable(layers):  # a builder of its own (conv_engine, network_engine)
+        data = layers(inputs, args.level)
     else:
         data = engine_of(layers, tuple(x.shape), dtype, fp8_scales, args.level)
     label = "float8" if fp8_scales else str(dtype).replace("torch.", "")
@@ -144,9 +189,10 @@ def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None):
             f.write(data)
     engine = tensoracle.deserialize_engine(data)
     ex = engine.create_execution()
-    y = torch.empty(tuple(ex.get_tensor_shape("y")), dtype=dtype, device="cuda")
-    ex.set_tensor_address("x", x)
-    ex.set_tensor_address("y", y)
+    for k, v in inputs.items():
+        ex.set_tensor_address(k, v)
+    y = torch.empty(tuple(ex.get_tensor_shape(out)), dtype=dtype, device="cuda")
+    ex.set_tensor_address(out, y)
     ours = lambda: ex.enqueue(stream)  # noqa: E731
     with torch.cuda.stream(stream):
         for _ in range(3):
@@ -178,7 +224,8 @@ def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["linear", "mlp", "gemm", "conv"], action="append")
+    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm"]
+    p.add_argument("--only", choices=workloads, action="append")
     p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
                    help="mlp types; float8: fp8 Q/DQ around each float16 product, timed against torch in float16")
     p.add_argument("--iterations", type=int, default=50)
@@ -188,13 +235,15 @@ def main() -> int:
     p.add_argument("--compile", action="store_true", help="also time torch.compile (minutes to compile)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--save", metavar="DIR", help="also write each engine to DIR (for tensoracle bench --per-layer)")
+    p.add_argument("--commit", help="the commit to print (default: git describe of this checkout)")
     args = p.parse_args()
-    only = set(args.only or ["linear", "mlp", "gemm", "conv"])
+    only = set(args.only or workloads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     # "-dirty" when the checkout differs from its commit (as a copied working tree may)
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                                           text=True).stdout.strip()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | tensoracle {tensoracle.__version__} "
           f"| commit {commit or '?'} | {time.strftime('%Y-%m-%d')} | optimization level {args.level}")
     results: list[dict] = []
@@ -239,6 +288,34 @@ def main() -> int:
             x = torch.randn(32, 64, 56, 56, device="cuda", dtype=dtype)
             with torch.no_grad():
                 measure("conv", dtype, conv_engine(convs, dtype), x, lambda: model(x), args, results)
+    if only & {"resnet18", "minilm"}:
+        import tempfile
+
+        resnet_module, minilm_module = examples()
+        torch.backends.cudnn.benchmark = True
+        folder = tempfile.TemporaryDirectory()
+        for name in ["float32", "float16"]:
+            dtype = DTYPES[name]
+            if "resnet18" in only:
+                path = f"{folder.name}/resnet18.safetensors"
+                model = resnet_module.save_weights(path, seed=0).cuda().to(dtype)
+                x = torch.randn(64, 3, 224, 224, device="cuda", dtype=dtype)
+                graph = resnet_module.graph(path, 224, 64, TRT_DTYPE[dtype])
+                with torch.no_grad():
+                    measure("resnet18", dtype, lambda inputs, level, g=graph: network_engine(g, inputs, level),
+                            {"images": x}, lambda: model(x), args, results, out="logits")
+            if "minilm" in only:
+                path = f"{folder.name}/minilm.safetensors"
+                model = minilm_module.save_weights(path, seed=0).cuda().to(dtype)
+                batch = minilm_module.sample_inputs(batch=32, seq=128)
+                ids = torch.from_numpy(batch["input_ids"]).cuda()
+                mask = torch.from_numpy(batch["attention_mask"]).cuda()
+                ids_long = ids.long()
+                graph = minilm_module.graph(path, batch=32, seq=128, dtype=TRT_DTYPE[dtype])
+                with torch.no_grad():
+                    measure("minilm", dtype, lambda inputs, level, g=graph: network_engine(g, inputs, level),
+                            {"input_ids": ids, "attention_mask": mask}, lambda: model(ids_long, mask), args, results,
+                            out="embedding")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit,
