@@ -218,7 +218,8 @@ __device__ inline A warp_reduce(A v, Op op) {
 // (threadIdx.y picks the warp's output), or (threads, 1): one block per output.
 struct RowTeam {
   static constexpr bool kColumns = false;
-  static constexpr int kRows = 1;  // outputs per warp
+  static constexpr bool kCached = false;  // see cached_rows
+  static constexpr int kRows = 1;         // outputs per warp
   __device__ static int rank() { return static_cast<int>(threadIdx.x); }
   __device__ static int size() { return static_cast<int>(blockDim.x); }
   __device__ static i64 first() { return static_cast<i64>(blockIdx.x) * blockDim.y + threadIdx.y; }
@@ -239,14 +240,15 @@ struct RowTeam {
   }
 };
 
-// W < 32 lanes per output, blockDim = (32, warps): each warp serves 32 / W consecutive outputs
+// W <= 32 lanes per output, blockDim = (32, warps): each warp serves 32 / W consecutive outputs
 // at once. For short rows, whose time goes to the per-output work (the reductions' shuffle
 // trees, a division): a warp does it for several outputs with the same instructions. The loop
 // over units stays uniform across the warp (its outputs past the end are inactive).
 template <int W>
 struct SubRowTeam {
-  static_assert(W == 4 || W == 8 || W == 16);
+  static_assert(W == 8 || W == 16 || W == 32);
   static constexpr bool kColumns = false;
+  static constexpr bool kCached = true;
   static constexpr int kRows = 32 / W;
   __device__ static int rank() { return static_cast<int>(threadIdx.x) % W; }
   __device__ static int size() { return W; }
@@ -264,6 +266,7 @@ struct SubRowTeam {
 // blockDim = (32, rows): output per threadIdx.x, reduced positions split over threadIdx.y.
 struct ColumnTeam {
   static constexpr bool kColumns = true;
+  static constexpr bool kCached = false;
   __device__ static i64 first() { return blockIdx.x; }
   __device__ static i64 step() { return gridDim.x; }
   __device__ static bool leader() { return threadIdx.y == 0; }
@@ -335,6 +338,16 @@ __device__ inline void for_each_reduced(const Plan& p, i64 o, F&& f) {
   }
 }
 
+// Rows of at most Team::size() * kCache contiguous elements (a softmax or a LayerNorm over the
+// innermost dims) with a SubRowTeam: each thread reads its elements (rank, rank + size, ...:
+// the order of for_each_reduced) once into registers and makes every pass over them there.
+// (Not with RowTeam, whose block-wide instantiations would then spill registers.)
+constexpr int kCache = 16;
+template <class Team>
+__device__ inline bool cached_rows(const Plan& p) {
+  return p.nr == 0 && p.rin <= static_cast<i64>(Team::size()) * kCache;
+}
+
 // Picks the team for a plan and calls launch(Team{}, grid, block).
 template <class Launch>
 void launch_teams(const Plan& p, Launch&& launch) {
@@ -349,6 +362,8 @@ void launch_teams(const Plan& p, Launch&& launch) {
     launch(SubRowTeam<8>{}, dim3(grid_for(p.nout, 8 * 4)), dim3(32, 8));
   } else if (p.count <= 256) {  // 2 outputs per warp
     launch(SubRowTeam<16>{}, dim3(grid_for(p.nout, 8 * 2)), dim3(32, 8));
+  } else if (p.count <= 32 * kCache) {  // a warp per output, the row in registers
+    launch(SubRowTeam<32>{}, dim3(grid_for(p.nout, 8)), dim3(32, 8));
   } else {  // a warp per output, 8 per block
     launch(RowTeam{}, dim3(grid_for(p.nout, 8)), dim3(32, 8));
   }
@@ -499,6 +514,40 @@ __global__ void __launch_bounds__(kMaxBlock) softmax_kernel(Plan p, const typena
                                                             typename Tag::T* __restrict__ out) {
   __shared__ alignas(8) unsigned char scratch_raw[kScratch * 8];
   const i64 units = units_of<Team>(p);
+  if constexpr (Team::kCached) {
+    if (cached_rows<Team>(p)) {  // the same operations in the same order, each element read once
+      const i64 rank = Team::rank(), size = Team::size();
+      for (i64 u = Team::first(); u < units; u += Team::step()) {
+        i64 o;
+        const bool active = output_of<Team>(p, u, o);
+        const i64 base = base_of(p, o);
+        float v[kCache];
+        float m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kCache; ++j) {
+          const i64 i = rank + j * size;
+          v[j] = active && i < p.rin ? Tag::load(x[base + i]) : -INFINITY;
+          m = MaxNan{}(m, v[j]);
+        }
+        m = Team::reduce(m, MaxNan{}, reinterpret_cast<float*>(scratch_raw));
+        double s = 0.0;
+#pragma unroll
+        for (int j = 0; j < kCache; ++j)
+          if (active && rank + j * size < p.rin) {
+            v[j] = exp_nonpositive(__fsub_rn(v[j], m));
+            s = __dadd_rn(s, static_cast<double>(v[j]));
+          }
+        s = Team::reduce(s, AddD{}, reinterpret_cast<double*>(scratch_raw));
+        const double inv = __ddiv_rn(1.0, s);
+#pragma unroll
+        for (int j = 0; j < kCache; ++j) {
+          const i64 i = rank + j * size;
+          if (active && i < p.rin) out[base + i] = store_d<Tag>(__dmul_rn(static_cast<double>(v[j]), inv));
+        }
+      }
+      return;
+    }
+  }
   for (i64 u = Team::first(); u < units; u += Team::step()) {
     i64 o;
     const bool active = output_of<Team>(p, u, o);
@@ -574,6 +623,47 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
   __shared__ alignas(8) unsigned char scratch_raw[kScratch * 8];
   double* scratch = reinterpret_cast<double*>(scratch_raw);
   const i64 units = units_of<Team>(p);
+  if constexpr (Team::kCached) {
+    if (cached_rows<Team>(p)) {  // the same operations in the same order, each element read once
+      const i64 rank = Team::rank(), size = Team::size();
+      for (i64 u = Team::first(); u < units; u += Team::step()) {
+        i64 o;
+        const bool active = output_of<Team>(p, u, o);
+        const i64 base = base_of(p, o);
+        float v[kCache];
+        double sum = 0.0;
+#pragma unroll
+        for (int j = 0; j < kCache; ++j) {
+          const i64 i = rank + j * size;
+          v[j] = active && i < p.rin ? Tag::load(x[base + i]) : 0.f;
+          if (active && i < p.rin) sum = __dadd_rn(sum, static_cast<double>(v[j]));
+        }
+        sum = Team::reduce(sum, AddD{}, scratch);
+        const double mu = __dmul_rn(sum, a.inv_count);
+        double sq = 0.0;
+#pragma unroll
+        for (int j = 0; j < kCache; ++j)
+          if (active && rank + j * size < p.rin) {
+            const double d = __dsub_rn(static_cast<double>(v[j]), mu);
+            sq = __dadd_rn(sq, __dmul_rn(d, d));
+          }
+        sq = Team::reduce(sq, AddD{}, scratch);
+        const float mean = __double2float_rn(mu);
+        const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__dmul_rn(sq, a.inv_count), a.eps))));
+#pragma unroll
+        for (int j = 0; j < kCache; ++j) {
+          const i64 i = rank + j * size;
+          if (!active || i >= p.rin) continue;
+          i64 so, bo;
+          norm_offsets(a, base + i, i, so, bo);
+          const float y = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[j], mean), rstd), load_any_float(a.scale, a.scale_type, so)),
+                                    load_any_float(a.bias, a.bias_type, bo));
+          out[base + i] = Tag::store(y);
+        }
+      }
+      return;
+    }
+  }
   for (i64 u = Team::first(); u < units; u += Team::step()) {
     i64 o;
     const bool active = output_of<Team>(p, u, o);
