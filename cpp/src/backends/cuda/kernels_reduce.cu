@@ -5,8 +5,11 @@
 //   exactly as the CPU builds it (make_layout): dims of size 1 dropped, adjacent dims of the
 //   same kind (reduced or kept) merged. Each output (a statistics set for normalization, a row
 //   for softmax) owns the elements of its reduced groups. A "team" of threads walks them:
-//     RowTeam    - one warp per output (short reductions) or one block per output (long
-//                  ones), the team's threads striding over the reduced elements,
+//     SubRowTeam - 8, 16 or 32 lanes per output (rows of up to 128, 256 or 512 elements),
+//                  2-4 outputs sharing a warp; rows of contiguous elements are read once
+//                  into registers and every pass runs there (softmax, normalization),
+//     RowTeam    - one warp per output (up to 1023 elements) or one block per output (longer
+//                  rows), the team's threads striding over the reduced elements,
 //     ColumnTeam - 32 outputs per block, one per threadIdx.x, when the innermost dim is kept
 //                  and at least 32 long (loads stay coalesced); threadIdx.y splits the
 //                  reduced positions.
