@@ -141,26 +141,9 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def examples():
-    """The examples' modules (resnet18, minilm). They read and write weights with the safetensors
-    package; where it is missing (the GPU machine), tensoracle's reader and writer of the same
-    format stand in for the two functions they use."""
+    """The examples' modules (resnet18, minilm; they need the safetensors package)."""
     if str(EXAMPLES) not in sys.path:
         sys.path.insert(0, str(EXAMPLES))
-    try:
-        import safetensors.numpy  # noqa: F401
-        import safetensors.torch  # noqa: F401
-    except ImportError:
-        import types
-
-        import tensoracle.safetensors as ours
-
-        def save_torch(tensors, path):
-            ours.save_file({k: v.detach().cpu().numpy() for k, v in tensors.items()}, path)
-
-        package = types.ModuleType("safetensors")
-        package.numpy = types.SimpleNamespace(load_file=ours.load_file)
-        package.torch = types.SimpleNamespace(save_file=save_torch)
-        sys.modules.update({"safetensors": package, "safetensors.numpy": package.numpy, "safetensors.torch": package.torch})
     import minilm
     import resnet18
 
