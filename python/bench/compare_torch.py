@@ -109,13 +109,11 @@ def engine_of(layers, x_shape, dtype, fp8_scales=None, level=3):
 
 
 def conv_engine(convs, dtype):
-    """A builder of y = relu(conv(x)) per torch Conv2d in `convs` (same weights): (shape, level) -> engine."""
+    """A builder of y = relu(conv(x)) per torch Conv2d in `convs` (same weights): (inputs, level) -> engine."""
 
     def build(inputs, level):
-        x_shape = tuple(inputs["x"].shape)
-
         def graph(net):
-            t = net.add_input("x", TRT_DTYPE[dtype], tuple(x_shape))
+            t = net.add_input("x", TRT_DTYPE[dtype], tuple(inputs["x"].shape))
             for c in convs:
                 w = c.weight.detach().cpu().contiguous()
                 b = c.bias.detach().cpu().contiguous()
@@ -125,9 +123,7 @@ def conv_engine(convs, dtype):
             t.name = "y"
             net.mark_output(t)
 
-        decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed(tuple(x_shape))},
-                                      tensoracle.BuilderSettings(device="cuda:0", optimization_level=level))
-        return tensoracle.build_serialized_engine(graph, decl)
+        return network_engine(graph, inputs, level)
 
     return build
 
