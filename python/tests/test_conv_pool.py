@@ -405,6 +405,41 @@ def test_pooling_narrow(device, name, kind, dt):
     pool_case(device, name, kind, dt)
 
 
+@pytest.mark.parametrize("dt", ["f32", "f16"])
+@pytest.mark.parametrize("kind", ["max", "avg_excl", "blend"])
+@pytest.mark.parametrize("name", ["2x2_s2", "3x3_s2_pad1", "asymmetric_pad", "1d", "3d"])
+def test_pooling_nan_and_inf(device, name, kind, dt):
+    """NaN in a window gives NaN (max and average), infinities propagate (+inf and -inf in one
+    average window: NaN), in every window path: the fixed 2 x 2 and 3 x 3, a general 2-D window,
+    1-D and 3-D."""
+    shape, k, s, pre, post, mode = POOL_CASES[name]
+    n = len(k)
+    rng = rng_for("pool-nan", name, kind, dt)
+    x = rand(rng, shape, dt)
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=max(3, flat.size // 12), replace=False)
+    for j, i in enumerate(picks):
+        flat[i] = (np.nan, np.inf, -np.inf)[j % 3]
+    ptype = {"max": PT.MAX, "avg_excl": PT.AVERAGE, "blend": PT.MAX_AVERAGE_BLEND}[kind]
+
+    def layer(net, t):
+        p = net.add_pooling_nd(t, ptype, k)
+        p.stride_nd = s
+        if pre is not None:
+            p.pre_padding = pre
+            p.post_padding = post
+        p.average_count_excludes_padding = kind == "avg_excl"
+        if kind == "blend":
+            p.blend_factor = 0.3
+        return p
+
+    out = run_layer(device, x, dt, layer)
+    ref = pool_ref(t64(x), kind, k, s, tup(pre, n, 0), tup(post, n, 0), False, 0.3)
+    assert np.isnan(ref.numpy()).any() and np.isinf(ref.numpy()).any(), "the case must exercise both"
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref.numpy()), err_msg=f"NaN positions {name} {kind}")
+    check(out, ref, dt, f"pool {name} {kind} {dt} with NaN/inf")
+
+
 def test_pooling_padding_nd_matches_torch_directly(device):
     """Symmetric padding through padding_nd, PyTorch's own padding and count_include_pad."""
     x = rand(rng_for("pool-direct"), (2, 4, 10, 9), "f32")

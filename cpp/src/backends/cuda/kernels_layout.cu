@@ -931,6 +931,73 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Two spatial dims (no depth) with every input offset below 2^31: the same window, order and
+// arithmetic as pool_kernel in int coordinates, the window's size known at compile time for the
+// common 2 x 2 and 3 x 3 (KH = KW = 0: from the arguments). Taps outside [h0, h1) x [w0, w1) are
+// skipped, so the in-window taps are visited in pool_kernel's order.
+struct Pool2dArgs {
+  int in_h = 0, in_w = 0, k_h = 0, k_w = 0, s_h = 0, s_w = 0, pre_h = 0, pre_w = 0, lim_h = 0, lim_w = 0;
+  int type = 0;
+  bool exclude = true;
+  double blend = 0.0;
+};
+
+template <class Tag, int KH, int KW>
+__global__ void __launch_bounds__(kThreads)
+    pool2d_kernel(const typename Tag::T* __restrict__ x, typename Tag::T* __restrict__ y, u32 n, Divider<u32> OW,
+                  Divider<u32> OH, Pool2dArgs a) {
+  const bool want_max = a.type != static_cast<int>(PoolingType::kAVERAGE);
+  const bool want_avg = a.type != static_cast<int>(PoolingType::kMAX);
+  const int kh = KH > 0 ? KH : a.k_h, kw = KW > 0 ? KW : a.k_w;
+  GRID_STRIDE_LOOP(u32, i, n) {
+    u32 r = i;
+    const int ow = static_cast<int>(take(r, OW));
+    const int oh = static_cast<int>(take(r, OH));
+    const int sh = oh * a.s_h - a.pre_h, sw = ow * a.s_w - a.pre_w;
+    const int h0 = sh > 0 ? sh : 0, h1 = sh + kh < a.in_h ? sh + kh : a.in_h;
+    const int w0 = sw > 0 ? sw : 0, w1 = sw + kw < a.in_w ? sw + kw : a.in_w;
+    const int count = (h1 > h0 ? h1 - h0 : 0) * (w1 > w0 ? w1 - w0 : 0);
+    if (count == 0) {
+      y[i] = Tag::store(0.f);
+      continue;
+    }
+    const typename Tag::T* xc = x + r * static_cast<u32>(a.in_h * a.in_w);
+    float mx = -INFINITY;
+    double sum = 0.0;
+    auto visit = [&](float v) {
+      if (want_max && (v > mx || isnan(v))) mx = isnan(mx) ? mx : v;
+      if (want_avg) sum = dadd(sum, static_cast<double>(v));
+    };
+    if constexpr (KH > 0 && KW > 0) {
+#pragma unroll
+      for (int dh = 0; dh < KH; ++dh) {
+        const int ih = sh + dh;
+        if (ih < h0 || ih >= h1) continue;
+#pragma unroll
+        for (int dw = 0; dw < KW; ++dw) {
+          const int iw = sw + dw;
+          if (iw >= w0 && iw < w1) visit(Tag::load(xc[ih * a.in_w + iw]));
+        }
+      }
+    } else {
+      for (int ih = h0; ih < h1; ++ih)
+        for (int iw = w0; iw < w1; ++iw) visit(Tag::load(xc[ih * a.in_w + iw]));
+    }
+    double result;
+    if (a.type == static_cast<int>(PoolingType::kMAX)) {
+      result = mx;
+    } else {
+      const int ph = (sh + kh < a.lim_h ? sh + kh : a.lim_h) - sh, pw = (sw + kw < a.lim_w ? sw + kw : a.lim_w) - sw;
+      const double div = a.exclude ? static_cast<double>(count) : static_cast<double>(ph) * static_cast<double>(pw);
+      const double avg = ddiv(sum, div);
+      result = a.type == static_cast<int>(PoolingType::kAVERAGE)
+                   ? avg
+                   : dadd(dmul(a.blend, static_cast<double>(mx)), dmul(dsub(1.0, a.blend), avg));
+    }
+    y[i] = Tag::store(__double2float_rn(result));
+  }
+}
+
 }  // namespace
 
 // ---- shuffle -------------------------------------------------------------------------------
@@ -1411,6 +1478,39 @@ void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, c
   a.exclude = p.average_count_excludes_padding;
   a.blend = p.type == PoolingType::kMAX_AVERAGE_BLEND ? static_cast<double>(p.blend_factor) : 0.0;
   const bool small = n < kSmall;
+  // 2-D windows over an input whose offsets, coordinates and products of them fit in int.
+  const i64 in_volume = x.dims.volume();
+  const bool flat = a.in[0] == 1 && a.k[0] == 1 && out_sp[0] == 1;
+  bool fits = flat && in_volume < kSmall && n < kSmall;
+  for (int i = 1; i < 3 && fits; ++i)
+    fits = a.in[i] < (i64{1} << 20) && a.k[i] < (i64{1} << 20) && a.s[i] < (i64{1} << 20) &&
+           a.pre[i] < (i64{1} << 20) && a.pre[i] > -(i64{1} << 20) && out_sp[i] * a.s[i] < (i64{1} << 29);
+  if (fits) {
+    Pool2dArgs b;
+    b.in_h = static_cast<int>(a.in[1]), b.in_w = static_cast<int>(a.in[2]);
+    b.k_h = static_cast<int>(a.k[1]), b.k_w = static_cast<int>(a.k[2]);
+    b.s_h = static_cast<int>(a.s[1]), b.s_w = static_cast<int>(a.s[2]);
+    b.pre_h = static_cast<int>(a.pre[1]), b.pre_w = static_cast<int>(a.pre[2]);
+    constexpr i64 kFar = i64{1} << 30;  // beyond any window: a SAME mode's unbounded padding
+    b.lim_h = static_cast<int>(std::min(a.lim[1], kFar)), b.lim_w = static_cast<int>(std::min(a.lim[2], kFar));
+    b.type = a.type;
+    b.exclude = a.exclude;
+    b.blend = a.blend;
+    by_float(x.type, [&](auto tag) {
+      using Tag = decltype(tag);
+      using T = typename Tag::T;
+      auto launch = [&](auto kernel) {
+        kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x.data), static_cast<T*>(out.data),
+                                                       static_cast<u32>(n), Divider<u32>(out_sp[2]),
+                                                       Divider<u32>(out_sp[1]), b);
+      };
+      if (b.k_h == 3 && b.k_w == 3) launch(pool2d_kernel<Tag, 3, 3>);
+      else if (b.k_h == 2 && b.k_w == 2) launch(pool2d_kernel<Tag, 2, 2>);
+      else launch(pool2d_kernel<Tag, 0, 0>);
+    });
+    check_launch("pooling");
+    return;
+  }
   by_float(x.type, [&](auto tag) {
     using Tag = decltype(tag);
     using T = typename Tag::T;
