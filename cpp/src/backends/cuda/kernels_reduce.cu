@@ -592,6 +592,9 @@ __device__ inline void bcast_offsets(const Bcast& b, i64 lin, i64& so, i64& bo) 
   }
 }
 
+// Longest row whose weights norm_kernel stages in shared memory (2 x 8 KiB).
+constexpr int kStagedRow = 2048;
+
 struct NormArgs {
   const void* scale;
   const void* bias;
@@ -626,6 +629,31 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
   __shared__ alignas(8) unsigned char scratch_raw[kScratch * 8];
   double* scratch = reinterpret_cast<double*>(scratch_raw);
   const i64 units = units_of<Team>(p);
+  // Row weights (a LayerNorm's scale and bias, the same for every row) staged once per block
+  // as floats: each output element then reads them from shared memory, with no type switch
+  // and no global load after the statistics.
+  __shared__ float staged_w[Team::kColumns ? 1 : 2 * kStagedRow];
+  const bool staged = !Team::kColumns && a.row && p.rin <= kStagedRow;
+  if (staged) {
+    const int threads = static_cast<int>(blockDim.x * blockDim.y);
+    for (int i = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x); i < p.rin; i += threads) {
+      staged_w[i] = load_any_float(a.scale, a.scale_type, i * a.row_ss);
+      staged_w[kStagedRow + i] = load_any_float(a.bias, a.bias_type, i * a.row_bs);
+    }
+    __syncthreads();
+  }
+  // The scale and the bias for element `off`, `in_row` its position in its output's elements.
+  auto weights = [&](i64 off, i64 in_row, float& sc, float& bi) {
+    if (staged) {
+      sc = staged_w[in_row];
+      bi = staged_w[kStagedRow + in_row];
+      return;
+    }
+    i64 so, bo;
+    norm_offsets(a, off, in_row, so, bo);
+    sc = load_any_float(a.scale, a.scale_type, so);
+    bi = load_any_float(a.bias, a.bias_type, bo);
+  };
   if constexpr (Team::kCached) {
     if (cached_rows<Team>(p)) {  // the same operations in the same order, each element read once
       const i64 rank = Team::rank(), size = Team::size();
@@ -653,16 +681,23 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
         sq = Team::reduce(sq, AddD{}, scratch);
         const float mean = __double2float_rn(mu);
         const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__dmul_rn(sq, a.inv_count), a.eps))));
+        auto write = [&](auto weights_of) {  // unswitched: the staged loop has no global loads
 #pragma unroll
-        for (int j = 0; j < kCache; ++j) {
-          const i64 i = rank + j * size;
-          if (!active || i >= p.rin) continue;
-          i64 so, bo;
-          norm_offsets(a, base + i, i, so, bo);
-          const float y = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[j], mean), rstd), load_any_float(a.scale, a.scale_type, so)),
-                                    load_any_float(a.bias, a.bias_type, bo));
-          out[base + i] = Tag::store(y);
-        }
+          for (int j = 0; j < kCache; ++j) {
+            const i64 i = rank + j * size;
+            if (!active || i >= p.rin) continue;
+            float sc, bi;
+            weights_of(base + i, i, sc, bi);
+            out[base + i] = Tag::store(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[j], mean), rstd), sc), bi));
+          }
+        };
+        if (staged)
+          write([&](i64, i64 in_row, float& sc, float& bi) {
+            sc = staged_w[in_row];
+            bi = staged_w[kStagedRow + in_row];
+          });
+        else
+          write(weights);
       }
       return;
     }
@@ -686,10 +721,8 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
     const i64 base = a.row ? base_of(p, o) : 0;
     if (active)
       for_each_reduced<Team>(p, o, [&](i64 off) {
-        i64 so, bo;
-        norm_offsets(a, off, off - base, so, bo);
-        const float sc = load_any_float(a.scale, a.scale_type, so);
-        const float bi = load_any_float(a.bias, a.bias_type, bo);
+        float sc, bi;
+        weights(off, off - base, sc, bi);
         const float y = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(Tag::load(x[off]), mean), rstd), sc), bi);
         out[off] = Tag::store(y);
       });
