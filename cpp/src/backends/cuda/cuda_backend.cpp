@@ -441,9 +441,10 @@ class CudaBackend final : public Backend {
 
   // Convolutions at fixed shapes where cuDNN is available: level 0 and 1 take cuDNN's first
   // usable configuration (cudnn_conv.h says which are usable), except for depthwise convolutions,
-  // which keep the backend's direct kernel; from level 2 the backend's own path and cuDNN's first
-  // 8 usable configurations are timed as GEMMs are (cuDNN's first kept unless beaten by more than
-  // kTunedMargin; the direct kernel first for depthwise). The tactic stores the problem and the
+  // which keep the backend's direct kernel; from level 2 the backend's own path and the first 8
+  // usable configurations of cuDNN's heuristics and of its fallback list are timed as GEMMs
+  // are (cuDNN's first kept unless beaten by more than kTunedMargin; the direct kernel first
+  // for depthwise). The tactic stores the problem and the
   // configuration: "cuda.convolution.cudnn/<shape>/cfg:<configuration>".
   std::string choose_convolution(const graph::Graph& g, const graph::Node& n, const ConvolutionParams& p,
                                  const TacticQuery& q) const {

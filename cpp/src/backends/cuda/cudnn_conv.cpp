@@ -303,6 +303,10 @@ std::vector<CudnnConv::Candidate> CudnnConv::candidates(std::size_t max, std::si
   auto handle = static_cast<cudnnHandle_t>(ctx_.handle());
   std::vector<Candidate> out;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    // Up to `max` from each list: the fallback list holds kernels the heuristics leave out
+    // (for float32, some of the fastest); with max == 1, the fallback only when A has nothing.
+    if (max == 1 && !out.empty()) break;
+    const std::size_t limit = out.size() + max;
     Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
     heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, state_->graph)
         .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
@@ -322,7 +326,7 @@ std::vector<CudnnConv::Candidate> CudnnConv::candidates(std::size_t max, std::si
     if (api()->GetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
                             raw.data()) != CUDNN_STATUS_SUCCESS)
       continue;
-    for (std::int64_t i = 0; i < std::min(got, count) && out.size() < max; ++i) {
+    for (std::int64_t i = 0; i < std::min(got, count) && out.size() < limit; ++i) {
       const Desc& cfg = cfgs[static_cast<std::size_t>(i)];
       const EngineInfo info = inspect(cfg, shape_.type);
       if (!info.allowed) continue;
@@ -338,7 +342,6 @@ std::vector<CudnnConv::Candidate> CudnnConv::candidates(std::size_t max, std::si
       if (std::none_of(out.begin(), out.end(), [&](const Candidate& c) { return c.config == d; }))
         out.push_back({std::move(d), static_cast<std::size_t>(ws)});
     }
-    if (!out.empty()) break;  // the fallback list only when the heuristics offered nothing usable
   }
   return out;
 }

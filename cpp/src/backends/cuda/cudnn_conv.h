@@ -70,8 +70,10 @@ class CudnnConv {
     std::string config;
     std::size_t workspace = 0;  // bytes its plan needs
   };
-  // Up to `max` configurations, cuDNN's heuristic order, that keep tensoracle's numerics and
-  // whose plans build here, each needing at most `max_workspace` bytes.
+  // Configurations that keep tensoracle's numerics and whose plans build here, each needing at
+  // most `max_workspace` bytes: up to `max` from cuDNN's heuristics (mode A, in its order), then
+  // up to `max` more from its fallback list (with max == 1: the fallback's first only when mode
+  // A offers none).
   std::vector<Candidate> candidates(std::size_t max, std::size_t max_workspace) const;
   // Builds the plan of `config`; throws tensoracle::Error when it cannot be built here.
   void select(const std::string& config);
