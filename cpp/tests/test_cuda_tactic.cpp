@@ -174,3 +174,41 @@ TEST(GemmTactic, RefusesWhatItDoesNotWrite) {
     EXPECT_FALSE(parse_gemm_tactic(s, t)) << s;
   }
 }
+
+// The builder now describes a strided convolution's padding after as symmetric where that
+// gives the same output; engines that stored the least padding the last window needs describe
+// the same problem, and run the same cuDNN plan. Anything else is another problem.
+TEST(CudnnTactic, PaddingAfterThatChangesNothingIsTheSameProblem) {
+  CudnnConvShape least = sample().shape;  // 7x7 stride 2 stem: 224 -> 112 with pre 3
+  least.x = {64, 3, 224, 224};
+  least.w = {64, 3, 7, 7};
+  least.y = {64, 64, 112, 112};
+  least.stride = {2, 2};
+  least.pre = {3, 3};
+  least.post = {2, 2};
+  CudnnConvShape symmetric = least;
+  symmetric.post = {3, 3};
+  EXPECT_TRUE(same_cudnn_problem(symmetric, least));
+  EXPECT_TRUE(same_cudnn_problem(least, symmetric));
+  EXPECT_TRUE(same_cudnn_problem(least, least));
+  CudnnConvShape other = least;
+  other.post = {1, 2};  // the last window would read past the padding
+  EXPECT_FALSE(same_cudnn_problem(least, other));
+  other.post = {4, 2};  // a larger output would follow
+  EXPECT_FALSE(same_cudnn_problem(least, other));
+  other.post = {-1, 2};
+  EXPECT_FALSE(same_cudnn_problem(least, other));
+  other = symmetric;
+  other.pre = {2, 3};  // any other field differing: another problem
+  EXPECT_FALSE(same_cudnn_problem(symmetric, other));
+  other = symmetric;
+  other.accumulate = !symmetric.accumulate;
+  EXPECT_FALSE(same_cudnn_problem(symmetric, other));
+  other = symmetric;
+  other.post = {3};  // malformed sizes: never the same
+  EXPECT_FALSE(same_cudnn_problem(symmetric, other));
+  EXPECT_FALSE(same_cudnn_problem(other, symmetric));
+  other = symmetric;
+  other.stride = {0, 2};
+  EXPECT_FALSE(same_cudnn_problem(other, other));
+}

@@ -37,6 +37,33 @@ struct CudnnConvShape {
   bool operator==(const CudnnConvShape&) const = default;
 };
 
+// True when `a` and `b` are one problem: equal but for padding after, where each post leaves
+// the output size and the input positions the windows read unchanged (the builder writes the
+// post symmetric to the pre where that holds, engines built before that change the least post
+// the last window needs; both run the same plan). Safe on any field sizes.
+inline bool same_cudnn_problem(const CudnnConvShape& a, const CudnnConvShape& b) {
+  const std::size_t n = a.pre.size();
+  if (a.post.size() != n || b.post.size() != n || a.x.size() != n + 2 || a.w.size() != n + 2 ||
+      a.y.size() != n + 2 || a.stride.size() != n || a.dilation.size() != n)
+    return false;
+  CudnnConvShape c = b;
+  c.post = a.post;
+  if (!(c == a)) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t in = a.x[i + 2], k = a.w[i + 2], out = a.y[i + 2], s = a.stride[i], d = a.dilation[i];
+    if (in < 1 || k < 1 || out < 1 || s < 1 || d < 1 || a.pre[i] < 0 || in > (std::int64_t{1} << 40) ||
+        k > (std::int64_t{1} << 20) || d > (std::int64_t{1} << 20) || out > (std::int64_t{1} << 40) ||
+        s > (std::int64_t{1} << 20) || a.pre[i] > (std::int64_t{1} << 40))
+      return false;
+    const std::int64_t span = (k - 1) * d + 1, least = (out - 1) * s + span - in - a.pre[i];
+    for (std::int64_t post : {a.post[i], b.post[i]})
+      if (post < 0 || post > (std::int64_t{1} << 40) || post < least || in + a.pre[i] + post < span ||
+          (in + a.pre[i] + post - span) / s + 1 != out)
+        return false;
+  }
+  return true;
+}
+
 struct CudnnTactic {
   CudnnConvShape shape;
   std::string config;          // "<engine global index>[,<knob type>=<value>]..."
