@@ -363,15 +363,16 @@ def pool_ref(x: torch.Tensor, kind, k, s, p0, p1, round_up, blend):
     return blend * mx + (1 - blend) * incl
 
 
-def pool_case(device, name, kind, dt):
-    shape, k, s, pre, post, mode = POOL_CASES[name]
-    n = len(k)
-    x = rand(rng_for("pool", name, kind, dt), shape, dt)
-    ptype = {"max": PT.MAX, "avg_excl": PT.AVERAGE, "avg_incl": PT.AVERAGE, "blend": PT.MAX_AVERAGE_BLEND}[kind]
-    blend = 0.3
+POOL_TYPE = {"max": PT.MAX, "avg_excl": PT.AVERAGE, "avg_incl": PT.AVERAGE, "blend": PT.MAX_AVERAGE_BLEND}
+BLEND = 0.3
+
+
+def pool_layer(name, kind):
+    """The layer function pooling `kind` with POOL_CASES[name]'s window, strides and padding."""
+    _, k, s, pre, post, mode = POOL_CASES[name]
 
     def layer(net, t):
-        p = net.add_pooling_nd(t, ptype, k)
+        p = net.add_pooling_nd(t, POOL_TYPE[kind], k)
         p.stride_nd = s
         if pre is not None:
             p.pre_padding = pre
@@ -380,15 +381,22 @@ def pool_case(device, name, kind, dt):
             p.padding_mode = mode
         p.average_count_excludes_padding = kind == "avg_excl"
         if kind == "blend":
-            p.blend_factor = blend
+            p.blend_factor = BLEND
         return p
 
-    out = run_layer(device, x, dt, layer)
+    return layer
+
+
+def pool_case(device, name, kind, dt):
+    shape, k, s, pre, post, mode = POOL_CASES[name]
+    n = len(k)
+    x = rand(rng_for("pool", name, kind, dt), shape, dt)
+    out = run_layer(device, x, dt, pool_layer(name, kind))
     if mode in (PM.SAME_UPPER, PM.SAME_LOWER):
         p0, p1 = same_pads(shape[2:], k, s, (1,) * n, mode)
     else:
         p0, p1 = tup(pre, n, 0), tup(post, n, 0)
-    ref = pool_ref(t64(x), kind, k, s, p0, p1, mode == PM.EXPLICIT_ROUND_UP, blend)
+    ref = pool_ref(t64(x), kind, k, s, p0, p1, mode == PM.EXPLICIT_ROUND_UP, BLEND)
     check(out, ref, dt, f"pool {name} {kind} {dt}")
 
 
@@ -412,7 +420,7 @@ def test_pooling_nan_and_inf(device, name, kind, dt):
     """NaN in a window gives NaN (max and average), infinities propagate (+inf and -inf in one
     average window: NaN), in every window path: the fixed 2 x 2 and 3 x 3, a general 2-D window,
     1-D and 3-D."""
-    shape, k, s, pre, post, mode = POOL_CASES[name]
+    shape, k, s, pre, post, _ = POOL_CASES[name]
     n = len(k)
     rng = rng_for("pool-nan", name, kind, dt)
     x = rand(rng, shape, dt)
@@ -420,21 +428,8 @@ def test_pooling_nan_and_inf(device, name, kind, dt):
     picks = rng.choice(flat.size, size=max(3, flat.size // 12), replace=False)
     for j, i in enumerate(picks):
         flat[i] = (np.nan, np.inf, -np.inf)[j % 3]
-    ptype = {"max": PT.MAX, "avg_excl": PT.AVERAGE, "blend": PT.MAX_AVERAGE_BLEND}[kind]
-
-    def layer(net, t):
-        p = net.add_pooling_nd(t, ptype, k)
-        p.stride_nd = s
-        if pre is not None:
-            p.pre_padding = pre
-            p.post_padding = post
-        p.average_count_excludes_padding = kind == "avg_excl"
-        if kind == "blend":
-            p.blend_factor = 0.3
-        return p
-
-    out = run_layer(device, x, dt, layer)
-    ref = pool_ref(t64(x), kind, k, s, tup(pre, n, 0), tup(post, n, 0), False, 0.3)
+    out = run_layer(device, x, dt, pool_layer(name, kind))
+    ref = pool_ref(t64(x), kind, k, s, tup(pre, n, 0), tup(post, n, 0), False, BLEND)
     assert np.isnan(ref.numpy()).any() and np.isinf(ref.numpy()).any(), "the case must exercise both"
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref.numpy()), err_msg=f"NaN positions {name} {kind}")
     check(out, ref, dt, f"pool {name} {kind} {dt} with NaN/inf")
