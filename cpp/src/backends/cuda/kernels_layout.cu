@@ -883,6 +883,26 @@ __device__ __forceinline__ void pool_window(const PoolArgs& a, int i, i64 o, i64
   padded = (s + a.k[i] < a.lim[i] ? s + a.k[i] : a.lim[i]) - s;
 }
 
+// One window's running maximum (a NaN sticks) and double sum, in the taps' order, and the
+// pooled value from them, rounded once to float (the CPU's arithmetic); both kernels use it.
+struct PoolAcc {
+  float mx = -INFINITY;
+  double sum = 0.0;
+  __device__ __forceinline__ void add(float v, bool want_max, bool want_avg) {
+    if (want_max && (v > mx || isnan(v))) mx = isnan(mx) ? mx : v;
+    if (want_avg) sum = dadd(sum, static_cast<double>(v));
+  }
+  // `count`: the window's taps inside the input; `padded`: its extent in the padded input.
+  __device__ __forceinline__ float value(int type, bool exclude, double blend, double count, double padded) const {
+    if (type == static_cast<int>(PoolingType::kMAX)) return mx;
+    const double avg = ddiv(sum, exclude ? count : padded);
+    const double r = type == static_cast<int>(PoolingType::kAVERAGE)
+                         ? avg
+                         : dadd(dmul(blend, static_cast<double>(mx)), dmul(dsub(1.0, blend), avg));
+    return __double2float_rn(r);
+  }
+};
+
 template <class Tag, class I>
 __global__ void __launch_bounds__(kThreads)
     pool_kernel(const typename Tag::T* __restrict__ x, typename Tag::T* __restrict__ y, I n, Divider<I> OW,
@@ -905,29 +925,14 @@ __global__ void __launch_bounds__(kThreads)
       continue;
     }
     const typename Tag::T* xc = x + nc * a.in_sp;
-    float mx = -INFINITY;
-    double sum = 0.0;
+    PoolAcc acc;
     for (i64 id = d0; id < d1; ++id) {
       for (i64 ih = h0; ih < h1; ++ih) {
         const typename Tag::T* xrow = xc + (id * a.in[1] + ih) * a.in[2];
-        for (i64 iw = w0; iw < w1; ++iw) {
-          const float v = Tag::load(xrow[iw]);
-          if (want_max && (v > mx || isnan(v))) mx = isnan(mx) ? mx : v;
-          if (want_avg) sum = dadd(sum, static_cast<double>(v));
-        }
+        for (i64 iw = w0; iw < w1; ++iw) acc.add(Tag::load(xrow[iw]), want_max, want_avg);
       }
     }
-    double result;
-    if (a.type == static_cast<int>(PoolingType::kMAX)) {
-      result = mx;
-    } else {
-      const double div = a.exclude ? static_cast<double>(count) : static_cast<double>(pd * ph * pw);
-      const double avg = ddiv(sum, div);
-      result = a.type == static_cast<int>(PoolingType::kAVERAGE)
-                   ? avg
-                   : dadd(dmul(a.blend, static_cast<double>(mx)), dmul(dsub(1.0, a.blend), avg));
-    }
-    y[i] = Tag::store(__double2float_rn(result));
+    y[i] = Tag::store(acc.value(a.type, a.exclude, a.blend, static_cast<double>(count), static_cast<double>(pd * ph * pw)));
   }
 }
 
@@ -962,12 +967,7 @@ __global__ void __launch_bounds__(kThreads)
       continue;
     }
     const typename Tag::T* xc = x + r * static_cast<u32>(a.in_h * a.in_w);
-    float mx = -INFINITY;
-    double sum = 0.0;
-    auto visit = [&](float v) {
-      if (want_max && (v > mx || isnan(v))) mx = isnan(mx) ? mx : v;
-      if (want_avg) sum = dadd(sum, static_cast<double>(v));
-    };
+    PoolAcc acc;
     if constexpr (KH > 0 && KW > 0) {
 #pragma unroll
       for (int dh = 0; dh < KH; ++dh) {
@@ -976,25 +976,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int dw = 0; dw < KW; ++dw) {
           const int iw = sw + dw;
-          if (iw >= w0 && iw < w1) visit(Tag::load(xc[ih * a.in_w + iw]));
+          if (iw >= w0 && iw < w1) acc.add(Tag::load(xc[ih * a.in_w + iw]), want_max, want_avg);
         }
       }
     } else {
       for (int ih = h0; ih < h1; ++ih)
-        for (int iw = w0; iw < w1; ++iw) visit(Tag::load(xc[ih * a.in_w + iw]));
+        for (int iw = w0; iw < w1; ++iw) acc.add(Tag::load(xc[ih * a.in_w + iw]), want_max, want_avg);
     }
-    double result;
-    if (a.type == static_cast<int>(PoolingType::kMAX)) {
-      result = mx;
-    } else {
-      const int ph = (sh + kh < a.lim_h ? sh + kh : a.lim_h) - sh, pw = (sw + kw < a.lim_w ? sw + kw : a.lim_w) - sw;
-      const double div = a.exclude ? static_cast<double>(count) : static_cast<double>(ph) * static_cast<double>(pw);
-      const double avg = ddiv(sum, div);
-      result = a.type == static_cast<int>(PoolingType::kAVERAGE)
-                   ? avg
-                   : dadd(dmul(a.blend, static_cast<double>(mx)), dmul(dsub(1.0, a.blend), avg));
-    }
-    y[i] = Tag::store(__double2float_rn(result));
+    const int ph = (sh + kh < a.lim_h ? sh + kh : a.lim_h) - sh, pw = (sw + kw < a.lim_w ? sw + kw : a.lim_w) - sw;
+    y[i] = Tag::store(acc.value(a.type, a.exclude, a.blend, static_cast<double>(count),
+                                static_cast<double>(ph) * static_cast<double>(pw)));
   }
 }
 

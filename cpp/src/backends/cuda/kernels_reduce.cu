@@ -642,17 +642,21 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
     }
     __syncthreads();
   }
-  // The scale and the bias for element `off`, `in_row` its position in its output's elements.
-  auto weights = [&](i64 off, i64 in_row, float& sc, float& bi) {
-    if (staged) {
-      sc = staged_w[in_row];
-      bi = staged_w[kStagedRow + in_row];
-      return;
-    }
+  // The scale and the bias for element `off`, `in_row` its position in its output's elements:
+  // from the stage, from global memory, or whichever applies.
+  auto from_stage = [&](i64, i64 in_row, float& sc, float& bi) {
+    sc = staged_w[in_row];
+    bi = staged_w[kStagedRow + in_row];
+  };
+  auto from_global = [&](i64 off, i64 in_row, float& sc, float& bi) {
     i64 so, bo;
     norm_offsets(a, off, in_row, so, bo);
     sc = load_any_float(a.scale, a.scale_type, so);
     bi = load_any_float(a.bias, a.bias_type, bo);
+  };
+  auto weights = [&](i64 off, i64 in_row, float& sc, float& bi) {
+    if (staged) from_stage(off, in_row, sc, bi);
+    else from_global(off, in_row, sc, bi);
   };
   if constexpr (Team::kCached) {
     if (cached_rows<Team>(p)) {  // the same operations in the same order, each element read once
@@ -691,13 +695,8 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
             out[base + i] = Tag::store(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[j], mean), rstd), sc), bi));
           }
         };
-        if (staged)
-          write([&](i64, i64 in_row, float& sc, float& bi) {
-            sc = staged_w[in_row];
-            bi = staged_w[kStagedRow + in_row];
-          });
-        else
-          write(weights);
+        if (staged) write(from_stage);
+        else write(from_global);
       }
       return;
     }
