@@ -3,8 +3,9 @@
 // (backends/cuda/gemm_tactic.h). A string is accepted only if it is exactly what the format
 // function writes for what was read (checked, trapping otherwise), with every invariant the
 // backend relies on: for convolutions 4-D or 5-D tensors of positive dims, matching spatial
-// fields, a known float type, a configuration that parses, and same_cudnn_problem() safe on
-// what was read; for matrix multiplies a known base and hex digits for the algorithm.
+// fields, a known float type, a configuration that parses, a channels-last count that holds
+// the channels, and same_cudnn_problem() safe on what was read; for matrix multiplies a known
+// base and hex digits for the algorithm.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -38,6 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::int64_t global = -1;
   std::vector<std::pair<int, std::int64_t>> knobs;
   check(cuda::parse_cudnn_config(t.config, global, knobs) && global >= 0);
+  // Channels-last copies hold x's channels (the backend sizes them from the padded count).
+  check(s.channels_last == 0 ||
+        (!s.accumulate && s.w[1] == s.x[1] && s.channels_last >= s.x[1] && s.channels_last < s.x[1] + 8));
   // The run-time match against the actual problem takes the tactic's problem as read: any
   // values (no overflow, no out-of-bounds), and symmetric in its arguments.
   cuda::CudnnConvShape other = s;

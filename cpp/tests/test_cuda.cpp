@@ -420,6 +420,97 @@ TEST(Cuda, CudnnConvolutionAtOtherShapesTakesTheOwnPath) {
   }
 }
 
+// Channels-last cuDNN plans (tactic field l:, cudnn_tactic.h): x and the kernel transposed into
+// the workspace with their channels padded (3 -> 4, 12 -> 16, 64 stays), y transposed back with
+// the bias and the activation. TENSORACLE_CUDNN_LAYOUT=nhwc makes the builder take them at any
+// level (the timing alone picks them where they win); "nchw" keeps them out of the timing.
+// float16 and bfloat16 agree with the CPU backend; reopened engines rebuild the same plan.
+TEST(Cuda, ChannelsLastCudnnConvolutionsMatchTheCpuBackend) {
+  struct Case {
+    Dims x, kernel, stride, pad;
+    int k;
+    bool bias;
+    std::optional<ActivationType> act;
+    int padded;  // the channel count of the copies
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 30, 30}, {7, 7}, {2, 2}, {3, 3}, 16, true, ActivationType::kRELU, 4},  // a ResNet stem
+      {{2, 64, 9, 9}, {3, 3}, {1, 1}, {1, 1}, 32, true, std::nullopt, 64},
+      {{1, 12, 10, 11}, {3, 3}, {1, 2}, {0, 1}, 8, false, ActivationType::kGELU_ERF, 16},
+      {{3, 8, 40}, {3}, {1}, {1}, 16, true, ActivationType::kSIGMOID, 8},  // 1-D: 2-D with a leading 1
+  };
+  struct Env {  // TENSORACLE_CUDNN_LAYOUT for this test only
+    explicit Env(const char* v) { setenv("TENSORACLE_CUDNN_LAYOUT", v, 1); }
+    ~Env() { unsetenv("TENSORACLE_CUDNN_LAYOUT"); }
+  };
+  int seed = 300;
+  for (const Case& c : cases) {
+    for (DataType t : {DataType::kHALF, DataType::kBF16}) {
+      std::int64_t kvol = 1;
+      for (int i = 0; i < c.kernel.rank(); ++i) kvol *= c.kernel[i];
+      auto narrow = [&](const std::vector<float>& v) {
+        std::vector<std::uint16_t> h(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
+        return h;
+      };
+      const auto w = narrow(uniform(static_cast<std::size_t>(c.k * c.x[1] * kvol), -0.3f, 0.3f, ++seed));
+      const auto b = narrow(uniform(static_cast<std::size_t>(c.k), -0.5f, 0.5f, ++seed));
+      const auto x = narrow(uniform(static_cast<std::size_t>(c.x.volume()), -1.f, 1.f, ++seed));
+      auto graph = [&](Network& net) {
+        auto* in = net.add_input("x", t, c.x);
+        auto* l = net.add_convolution_nd(in, c.k, c.kernel, Weights(t, w.data(), static_cast<std::int64_t>(w.size()), nullptr),
+                                         c.bias ? Weights(t, b.data(), c.k, nullptr) : Weights());
+        ConvolutionParams p = l->get();
+        p.stride = c.stride;
+        p.pre_padding = p.post_padding = c.pad;
+        l->set(p);
+        auto* y = l->get_output(0);
+        if (c.act) y = net.add_activation(y, *c.act)->get_output(0);
+        y->set_name("y");
+        net.mark_output(y);
+      };
+      const std::string what = "x " + c.x.str() + " kernel " + c.kernel.str() + (t == DataType::kHALF ? " float16" : " bfloat16");
+      auto build = [&](const char* device, int level) {
+        EngineBuild d;
+        d.inputs["x"] = InputShape::fixed(c.x);
+        d.settings.device = device;
+        d.settings.optimization_level = level;
+        return build_serialized_engine(graph, d);
+      };
+      auto values = [&](const std::vector<std::byte>& bytes) {
+        auto r = Engine::deserialize(bytes).create_execution().run({{"x", {t, c.x, x.data()}}});
+        const auto* h = reinterpret_cast<const std::uint16_t*>(r.at("y").data.get());
+        std::vector<float> v(static_cast<std::size_t>(r.at("y").dims.volume()));
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = t == DataType::kHALF ? core::half_to_float(h[i]) : core::bf16_to_float(h[i]);
+        return v;
+      };
+      const std::vector<float> ref = values(build("cpu", 0));
+      const std::string field = "/l:" + std::to_string(c.padded) + "/";
+      for (int level : {0, 3}) {
+        std::vector<std::byte> bytes;
+        {
+          Env env("nhwc");
+          bytes = build("cuda:0", level);
+        }
+        Engine e = Engine::deserialize(bytes);
+        if (nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
+        const std::string tactic = e.layers()[0].tactic;
+        ASSERT_NE(tactic.find(field), std::string::npos) << what << " level " << level << ": " << tactic;
+        const std::vector<float> got = values(bytes);
+        ASSERT_EQ(got.size(), ref.size()) << what;
+        // The result rounded to the type before the bias (as every cuDNN plan): 1-2 ulp.
+        const double tol = t == DataType::kHALF ? 4e-3 : 2.5e-2;
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " level " << level << " at " << i << " (" << tactic << ")";
+        EXPECT_EQ(values(bytes), got) << what << ": reopened";
+      }
+      Env env("nchw");
+      const std::string tactic = Engine::deserialize(build("cuda:0", 3)).layers()[0].tactic;
+      EXPECT_EQ(tactic.find("/l:"), std::string::npos) << what << ": " << tactic;
+    }
+  }
+}
+
 // A workspace limit that covers what a cuDNN convolution engine needs builds the same kind of
 // engine (cuDNN's configurations within the scratch left, the backend's own path reserved as the
 // fallback) and computes the same results.

@@ -31,11 +31,21 @@ CudnnTactic sample() {
   return t;
 }
 
+// A float16 ResNet stem run channels-last, its 3 input channels padded to 4.
+CudnnTactic channels_last_sample() {
+  CudnnTactic t;
+  t.shape = {DataType::kHALF, {8, 3, 224, 224}, {64, 3, 7, 7}, {8, 64, 112, 112}, {2, 2}, {1, 1}, {3, 3}, {3, 3},
+             false, 4};
+  t.config = "5,2=1";
+  t.workspace = 0;
+  return t;
+}
+
 }  // namespace
 
 TEST(CudnnTactic, RoundTrips) {
-  for (int variant = 0; variant < 3; ++variant) {
-    CudnnTactic t = sample();
+  for (int variant = 0; variant < 4; ++variant) {
+    CudnnTactic t = variant == 3 ? channels_last_sample() : sample();
     if (variant == 1) {  // 3-D, bfloat16, no bias, no knobs
       t.shape = {DataType::kBF16, {1, 4, 6, 7, 8}, {8, 4, 3, 3, 3}, {1, 8, 6, 7, 8}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
                  {1, 1, 1}, false};
@@ -54,6 +64,41 @@ TEST(CudnnTactic, RoundTrips) {
   EXPECT_EQ(format_cudnn_tactic(sample()),
             "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:1"
             "/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096");
+  EXPECT_EQ(format_cudnn_tactic(channels_last_sample()),
+            "cuda.convolution.cudnn/t:1/x:8x3x224x224/w:64x3x7x7/y:8x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4"
+            "/cfg:5,2=1/ws:0");
+}
+
+// The channels-last field: only where the builder writes it (groups 1, no accumulation, the
+// padded count within 8 of the channels).
+TEST(CudnnTactic, RefusesChannelsLastItDoesNotWrite) {
+  const std::string good = format_cudnn_tactic(channels_last_sample());
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  for (const char* l : {"l:3", "l:8", "l:10"}) {  // 3 to 10 channels hold 3
+    CudnnTactic t;
+    EXPECT_TRUE(parse_cudnn_tactic(replaced("l:4", l), t)) << l;
+  }
+  const std::string bad[] = {
+      replaced("l:4", "l:0"),
+      replaced("l:4", "l:2"),                              // fewer than the 3 channels
+      replaced("l:4", "l:11"),                             // 8 or more beyond them
+      replaced("l:4", "l:04"),
+      replaced("l:4", "l:-4"),
+      replaced("l:4", "l:"),
+      replaced("a:0", "a:1"),                              // accumulating onto a copy: never written
+      replaced("w:64x3x7x7", "w:64x1x7x7"),                // groups
+      replaced("/a:0/l:4", "/l:4/a:0"),                    // out of order
+      replaced("/l:4/cfg:5,2=1", "/cfg:5,2=1/l:4"),
+      replaced("/l:4", "/l:4/l:4"),
+  };
+  for (const auto& s : bad) {
+    CudnnTactic t;
+    EXPECT_FALSE(parse_cudnn_tactic(s, t)) << s;
+  }
 }
 
 TEST(CudnnTactic, RefusesWhatItDoesNotWrite) {
@@ -100,12 +145,12 @@ TEST(CudnnTactic, RefusesWhatItDoesNotWrite) {
 // accepts only strings that format back to themselves, and never reads out of bounds (the
 // sanitizers of the fuzz build check that; fuzz_cuda_tactic does the same on arbitrary bytes).
 TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
-  const std::string good = format_cudnn_tactic(sample());
-  const std::string alphabet = "0123456789x/:,=-tawyqpdsc";
+  const std::string good[] = {format_cudnn_tactic(sample()), format_cudnn_tactic(channels_last_sample())};
+  const std::string alphabet = "0123456789x/:,=-tawyqpdscl";
   std::mt19937 rng(7);
   int accepted = 0;
   for (int i = 0; i < 20000; ++i) {
-    std::string s = good;
+    std::string s = good[i % 2];
     for (int e = 0, edits = 1 + static_cast<int>(rng() % 3); e < edits && !s.empty(); ++e) {
       const std::size_t at = rng() % s.size();
       const char c = alphabet[rng() % alphabet.size()];

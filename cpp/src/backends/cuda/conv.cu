@@ -662,6 +662,25 @@ ConvSizing conv_sizing(const Geo& g, DataType t) {
   return z;
 }
 
+// The cuDNN path's workspace: cuDNN's own, then for a channels-last plan the copies of x, of
+// the kernel (channels padded to the plan's count) and of y, each 256-byte aligned.
+struct CudnnLayout {
+  std::size_t x = 0, w = 0, y = 0, total = 0;  // offsets of the copies; the bytes in all
+};
+CudnnLayout cudnn_layout(const CudnnConv& dnn, const Geo& g, DataType type) {
+  auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  CudnnLayout l;
+  l.total = dnn.workspace_bytes();
+  const i64 padded = dnn.shape().channels_last;
+  if (padded == 0) return l;
+  const std::size_t elem = static_cast<std::size_t>(element_size(type));
+  l.x = up(l.total);
+  l.w = l.x + up(elem * static_cast<std::size_t>(g.N * g.in_sp * padded));
+  l.y = l.w + up(elem * static_cast<std::size_t>(g.K * g.kvol * padded));
+  l.total = l.y + up(elem * static_cast<std::size_t>(g.N * g.out_sp * g.K));
+  return l;
+}
+
 }  // namespace
 
 ConvolutionKernel::ConvolutionKernel(cublasLtHandle_t handle, std::string node_name, ConvolutionParams p)
@@ -674,7 +693,7 @@ std::size_t ConvolutionKernel::workspace_bytes(const TensorRef& x, const TensorR
   // Sizing only: the buffers need not exist yet (the builder asks before allocating).
   check_float(x, "convolution", "input 0");
   const Geo g = window_geo(params_, x, out, nullptr, nullptr, "convolution", false);
-  return std::max(conv_sizing(g, x.type).total, dnn_ ? dnn_->workspace_bytes() : std::size_t{0});
+  return std::max(conv_sizing(g, x.type).total, dnn_ ? cudnn_layout(*dnn_, g, x.type).total : std::size_t{0});
 }
 
 std::optional<CudnnConvShape> ConvolutionKernel::cudnn_shape(const TensorRef& x, const TensorRef& kernel,
@@ -729,8 +748,25 @@ bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, c
   const CudnnConvShape& planned = dnn_->shape();
   // An engine's plan accumulates only where it was built with the bias written first (a:1).
   const bool prefill = planned.accumulate && bias != nullptr;
-  const auto shape = cudnn_shape(x, kernel, out, prefill);
-  if (!shape || !same_cudnn_problem(*shape, planned)) return false;  // another problem than the plan's: our own path
+  auto shape = cudnn_shape(x, kernel, out, prefill);
+  if (!shape) return false;
+  shape->channels_last = planned.channels_last;
+  if (!same_cudnn_problem(*shape, planned)) return false;  // another problem than the plan's: our own path
+  if (planned.channels_last) {  // transposed copies around cuDNN, bias and activation on the way out
+    const graph::TensorDesc kd{kernel.type, kernel.dims};
+    const Geo g = window_geo(params_, x, out, &kd, nullptr, "convolution", false);
+    const CudnnLayout l = cudnn_layout(*dnn_, g, x.type);
+    char* ws = static_cast<char*>(workspace);
+    try {
+      to_channels_last(x, planned.channels_last, ws + l.x, stream);
+      to_channels_last({kernel.data, kernel.type, Dims{g.K, g.Cg, g.kvol}}, planned.channels_last, ws + l.w, stream);
+      dnn_->run(ws + l.x, ws + l.w, ws + l.y, ws, stream);
+      from_channels_last(ws + l.y, out, bias ? bias->data : nullptr, act, stream);
+    } catch (const Error& e) {
+      throw Error("[cuda] convolution '" + name_ + "': " + e.what());
+    }
+    return true;
+  }
   if (prefill) {
     const i64 n = out.dims.volume(), P = n / (out.dims[0] * out.dims[1]);
     by_float(x.type, [&](auto tag) {

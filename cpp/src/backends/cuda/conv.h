@@ -27,6 +27,9 @@
 //                  which reads its input in place) + (float16/bfloat16: 4 * K, the float32 GEMM
 //                  result before bias and rounding); the batch (or, when one image exceeds
 //                  kChunkBytes, the positions of one image) is processed in chunks that fit.
+//                  With use_cudnn(): at least cuDNN's plan's workspace, and for a channels-last
+//                  plan that (rounded up to 256) + N * S_in * l + K * kvol * l + N * K * P
+//                  elements (l: the padded channel count; each part rounded up to 256 bytes).
 //   deconvolution  kGemmWorkspaceBytes + 256 + u * min(N * K * Q, max(1, kChunkBytes / u)) with
 //                  u = 4 * kvol (float32 GEMM columns per image, output channel and input
 //                  position; Q = input positions per image): whole images per chunk, else blocks
@@ -79,7 +82,9 @@ class ConvolutionKernel {
   // are kCudnnAlign-aligned, then one pass of bias + activation (bias_activation: the
   // convolution's result is rounded to out's type before its bias is added); at other shapes
   // or alignments, the path above (the bias added before the one rounding), then the activation
-  // as a pass.
+  // as a pass. A channels-last plan (CudnnConvShape::channels_last) transposes x and the kernel
+  // into the workspace first and y out of it, adding bias and activation on the way out (same
+  // arithmetic): a cuDNN workspace is then cuDNN's plus these three copies.
   void run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out, void* workspace,
            cudaStream_t stream, const ActivationParams* act = nullptr) const;
 

@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include "backends/cuda/conv.h"
 #include "backends/cuda/cudnn_conv.h"
@@ -444,8 +446,9 @@ class CudaBackend final : public Backend {
   // which keep the backend's direct kernel; from level 2 the backend's own path and the first 8
   // usable configurations of cuDNN's heuristics and of its fallback list are timed as GEMMs
   // are (cuDNN's first kept unless beaten by more than kTunedMargin; the direct kernel first
-  // for depthwise). The tactic stores the problem and the
-  // configuration: "cuda.convolution.cudnn/<shape>/cfg:<configuration>".
+  // for depthwise), with channels-last configurations for float16/bfloat16 (below).
+  // The tactic stores the problem and the configuration:
+  // "cuda.convolution.cudnn/<shape>/cfg:<configuration>" (cudnn_tactic.h).
   std::string choose_convolution(const graph::Graph& g, const graph::Node& n, const ConvolutionParams& p,
                                  const TacticQuery& q) const {
     const std::string base = tactics(g, n).front();
@@ -459,6 +462,7 @@ class CudaBackend final : public Backend {
     cuda::ConvolutionKernel plain(lt_, n.name, p);
     std::optional<cuda::CudnnConvShape> shape;
     std::vector<cuda::CudnnConv::Candidate> configs;
+    std::size_t cap = cuda::kChunkBytes;
     try {
       shape = plain.cudnn_shape({nullptr, in[0].type, in[0].dims}, {nullptr, in[1].type, in[1].dims},
                                 {nullptr, main.type, main.dims}, false);
@@ -466,7 +470,6 @@ class CudaBackend final : public Backend {
       // cuDNN's scratch: up to kChunkBytes, or what a workspace limit leaves beside the node's
       // other scratch (its epilogue's); the backend's own path stays reserved as the fallback for
       // other shapes, so configurations within its scratch cost nothing more.
-      std::size_t cap = cuda::kChunkBytes;
       if (q.scratch_limit != kNoScratchLimit) {
         const cuda::TensorRef xm{nullptr, q.max_inputs[0].type, q.max_inputs[0].dims},
             wm{nullptr, q.max_inputs[1].type, q.max_inputs[1].dims};
@@ -483,33 +486,65 @@ class CudaBackend final : public Backend {
       return base;  // cuDNN refuses the problem: the backend's own path
     }
     if (configs.empty()) return base;
-    auto tactic_of = [&](const cuda::CudnnConv::Candidate& c) {
-      return cuda::format_cudnn_tactic({*shape, c.config, c.workspace});
-    };
     const bool depthwise = shape->w[1] == 1;
-    if (level < 2) return depthwise ? base : tactic_of(configs[0]);
+
+    // float16/bfloat16 without groups, from level 2: also channels-last (NHWC) configurations
+    // (8 for up to 8 channels, else 4), x's channels padded to 4 (up to 4 of them) or to a
+    // multiple of 8. cuDNN's tensor-core
+    // kernels are channels-last (a 7x7 first layer over 3 channels has one only for 4), so they
+    // may win despite the three transposes around them; the timing below counts those. The
+    // environment variable TENSORACLE_CUDNN_LAYOUT (diagnostics, tests) narrows the choice:
+    // "nchw" drops them, "nhwc" takes the first of them at any level where there is one.
+    const char* env = std::getenv("TENSORACLE_CUDNN_LAYOUT");
+    const std::string_view layout = env ? env : "";
+    cuda::CudnnConvShape nhwc = *shape;
+    std::vector<cuda::CudnnConv::Candidate> nhwc_configs;
+    if ((level >= 2 || layout == "nhwc") && layout != "nchw" && shape->type != DataType::kFLOAT &&
+        shape->w[1] == shape->x[1]) {
+      const std::int64_t c = shape->x[1];
+      nhwc.channels_last = c <= 4 ? 4 : (c + 7) / 8 * 8;
+      std::int64_t in_sp = 1, out_sp = 1, kvol = 1;
+      for (std::size_t i = 2; i < shape->x.size(); ++i) {
+        in_sp *= shape->x[i];
+        out_sp *= shape->y[i];
+        kvol *= shape->w[i];
+      }
+      const std::size_t copies = bytes_of({shape->type, Dims{shape->x[0] * in_sp * nhwc.channels_last}}) +
+                                 bytes_of({shape->type, Dims{shape->w[0] * kvol * nhwc.channels_last}}) +
+                                 bytes_of({shape->type, Dims{shape->y[0] * shape->y[1] * out_sp}}) + 4 * kAlign;
+      try {
+        if (copies < cap) nhwc_configs = cuda::CudnnConv(dnn_, nhwc).candidates(c <= 8 ? 8 : 4, cap - copies);
+      } catch (const Error&) {
+        nhwc_configs.clear();  // cuDNN refuses the channels-last problem: the others only
+      }
+    }
+    if (layout == "nhwc" && !nhwc_configs.empty())
+      return cuda::format_cudnn_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace});
+    if (level < 2)
+      return depthwise ? base : cuda::format_cudnn_tactic({*shape, configs[0].config, configs[0].workspace});
 
     // Candidates: [cuDNN's first, ours, cuDNN's others] (ours first for depthwise).
     std::vector<std::string> names;
     std::vector<std::unique_ptr<cuda::ConvolutionKernel>> kernels;
-    auto add = [&](const cuda::CudnnConv::Candidate* c) {
+    auto add = [&](const cuda::CudnnConv::Candidate* c, const cuda::CudnnConvShape& problem) {
       auto k = std::make_unique<cuda::ConvolutionKernel>(lt_, n.name, p);
       if (c) {
         try {
-          k->use_cudnn(dnn_, *shape, c->config, c->workspace);
+          k->use_cudnn(dnn_, problem, c->config, c->workspace);
         } catch (const Error&) {
           return;
         }
       }
       kernels.push_back(std::move(k));
-      names.push_back(c ? tactic_of(*c) : base);
+      names.push_back(c ? cuda::format_cudnn_tactic({problem, c->config, c->workspace}) : base);
     };
-    if (depthwise) add(nullptr);
+    if (depthwise) add(nullptr, *shape);
     for (std::size_t i = 0; i < configs.size(); ++i) {
-      if (i == 1 && !depthwise) add(nullptr);
-      add(&configs[i]);
+      if (i == 1 && !depthwise) add(nullptr, *shape);
+      add(&configs[i], *shape);
     }
-    if (!depthwise && configs.size() == 1) add(nullptr);
+    if (!depthwise && configs.size() == 1) add(nullptr, *shape);
+    for (const auto& c : nhwc_configs) add(&c, nhwc);
     std::vector<void*> owned;
     std::uint64_t seed = 0x9e3779b97f4a7c15ull;
     auto scratch = [&](const graph::TensorDesc& d) {

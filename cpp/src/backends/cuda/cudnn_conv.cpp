@@ -138,6 +138,18 @@ std::vector<std::int64_t> packed_strides(const std::vector<std::int64_t>& dims) 
   return s;
 }
 
+// Strides of dims [N, C, spatial...] stored channels-last: [N, spatial..., C].
+std::vector<std::int64_t> channels_last_strides(const std::vector<std::int64_t>& dims) {
+  std::vector<std::int64_t> s(dims.size(), 1);
+  std::int64_t acc = dims[1];
+  for (std::size_t i = dims.size(); i-- > 2;) {
+    s[i] = acc;
+    acc *= dims[i];
+  }
+  s[0] = acc;
+  return s;
+}
+
 constexpr std::int64_t kX = 'x', kW = 'w', kY = 'y';  // the tensors' unique ids
 
 // An engine configuration's engine: its global index, notes, and whether tensoracle may run it.
@@ -258,11 +270,13 @@ CudnnConv::CudnnConv(const CudnnContext& ctx, CudnnConvShape shape)
   if (!handle) throw Error("[cuda] cuDNN is not available (libcudnn.so.9 did not open)");
   const cudnnDataType_t dt = dnn_type(shape_.type);
   const std::int64_t align = kCudnnAlign;
-  auto tensor = [&](Desc& d, const std::vector<std::int64_t>& dims, std::int64_t id, const char* what) {
+  const bool last = shape_.channels_last > 0;
+  auto tensor = [&](Desc& d, std::vector<std::int64_t> dims, std::int64_t id, const char* what) {
+    if (last && id != kY) dims[1] = shape_.channels_last;  // x's and w's channels, padded
     d = Desc(CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
     d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, dt)
         .set_ints(CUDNN_ATTR_TENSOR_DIMENSIONS, dims)
-        .set_ints(CUDNN_ATTR_TENSOR_STRIDES, packed_strides(dims))
+        .set_ints(CUDNN_ATTR_TENSOR_STRIDES, last ? channels_last_strides(dims) : packed_strides(dims))
         .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, id)
         .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, align)
         .finalize(what);

@@ -78,7 +78,8 @@ class CudnnConv {
   // Builds the plan of `config`; throws tensoracle::Error when it cannot be built here.
   void select(const std::string& config);
   std::size_t workspace_bytes() const;
-  // x, w, y: device buffers of the shape's dims, 16-byte aligned; asynchronous on `stream`.
+  // x, w, y: device buffers of the shape's dims (with channels_last: channels-last, x's and w's
+  // channels padded), 16-byte aligned; asynchronous on `stream`.
   void run(const void* x, const void* w, void* y, void* workspace, cudaStream_t stream) const;
 
  private:

@@ -43,6 +43,15 @@ void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& 
 // layer give); `bias` (C elements of y's type) or `act` may be null. One pass: a convolution's
 // epilogue after cuDNN.
 void bias_activation(const TensorRef& y, const void* bias, const ActivationParams* act, cudaStream_t stream);
+// x [N, C, rest...] (a float type) into `out` channels-last with `channels` (>= C) channels: the
+// value of channel c at position s of image n goes to out[(n * S + s) * channels + c] (S: the
+// volume of rest), zeros where c >= C. A cuDNN convolution's input (and kernel) copy.
+void to_channels_last(const TensorRef& x, std::int64_t channels, void* out, cudaStream_t stream);
+// y [N, K, rest...] = activation(v + bias[k]) with v the channels-last value at `in` (N x S x K
+// of y's type): bias_activation's arithmetic, from a channels-last convolution result; `bias`
+// and `act` may be null (then a plain copy).
+void from_channels_last(const void* in, const TensorRef& y, const void* bias, const ActivationParams* act,
+                        cudaStream_t stream);
 void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 // Per-tensor (scale has one element) or per-channel along `axis` (already normalized >= 0).
