@@ -41,6 +41,12 @@ CudnnTactic channels_last_sample() {
   return t;
 }
 
+// `text` with the first `from` replaced by `to` (from must occur).
+std::string replaced_in(std::string text, const std::string& from, const std::string& to) {
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
 }  // namespace
 
 TEST(CudnnTactic, RoundTrips) {
@@ -73,11 +79,7 @@ TEST(CudnnTactic, RoundTrips) {
 // padded count within 8 of the channels).
 TEST(CudnnTactic, RefusesChannelsLastItDoesNotWrite) {
   const std::string good = format_cudnn_tactic(channels_last_sample());
-  auto replaced = [&](const std::string& from, const std::string& to) {
-    std::string s = good;
-    s.replace(s.find(from), from.size(), to);
-    return s;
-  };
+  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(good, from, to); };
   for (const char* l : {"l:3", "l:8", "l:10"}) {  // 3 to 10 channels hold 3
     CudnnTactic t;
     EXPECT_TRUE(parse_cudnn_tactic(replaced("l:4", l), t)) << l;
@@ -103,11 +105,7 @@ TEST(CudnnTactic, RefusesChannelsLastItDoesNotWrite) {
 
 TEST(CudnnTactic, RefusesWhatItDoesNotWrite) {
   const std::string good = format_cudnn_tactic(sample());
-  auto replaced = [&](const std::string& from, const std::string& to) {
-    std::string s = good;
-    s.replace(s.find(from), from.size(), to);
-    return s;
-  };
+  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(good, from, to); };
   const std::string bad[] = {
       "",
       "cuda.convolution",
