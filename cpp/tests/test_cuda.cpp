@@ -511,6 +511,73 @@ TEST(Cuda, ChannelsLastCudnnConvolutionsMatchTheCpuBackend) {
   }
 }
 
+// A residual block's add and the ReLU after it, fused into the convolution's node, run as one
+// pass (sum_relu): the residual as the add's second or first operand, or a broadcast one
+// ([1, C, 1, 1]), in float32, float16 and bfloat16, equal to the CPU backend's values.
+TEST(Cuda, ResidualAddAndReluInOnePassMatchTheCpuBackend) {
+  const Dims xd{2, 16, 10, 10};
+  int seed = 400;
+  for (DataType t : {DataType::kFLOAT, DataType::kHALF, DataType::kBF16}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      auto narrow = [&](const std::vector<float>& v) {
+        std::vector<std::uint16_t> h(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
+        return h;
+      };
+      const auto wf = uniform(16 * 16 * 9, -0.2f, 0.2f, ++seed), bf = uniform(16, -0.5f, 0.5f, ++seed);
+      const auto xf = uniform(static_cast<std::size_t>(xd.volume()), -1.f, 1.f, ++seed), rf = uniform(16, -1.f, 1.f, ++seed);
+      const auto wh = narrow(wf), bh = narrow(bf), xh = narrow(xf), rh = narrow(rf);
+      auto data = [&](const std::vector<float>& f, const std::vector<std::uint16_t>& h) {
+        return t == DataType::kFLOAT ? static_cast<const void*>(f.data()) : static_cast<const void*>(h.data());
+      };
+      auto graph = [&](Network& net) {
+        auto* x = net.add_input("x", t, xd);
+        auto* c = net.add_convolution_nd(x, 16, {3, 3}, Weights(t, data(wf, wh), 16 * 16 * 9, nullptr), Weights(t, data(bf, bh), 16, nullptr));
+        ConvolutionParams p = c->get();
+        p.pre_padding = p.post_padding = {1, 1};
+        c->set(p);
+        Tensor* residual = x;
+        if (variant == 2) residual = net.add_constant({1, 16, 1, 1}, Weights(t, data(rf, rh), 16, nullptr))->get_output(0);
+        auto* sum = variant == 1 ? net.add_elementwise(residual, c->get_output(0), ElementWiseOperation::kSUM)
+                                 : net.add_elementwise(c->get_output(0), residual, ElementWiseOperation::kSUM);
+        auto* y = net.add_activation(sum->get_output(0), ActivationType::kRELU)->get_output(0);
+        y->set_name("y");
+        net.mark_output(y);
+      };
+      const std::string what = "variant " + std::to_string(variant) + " type " + std::to_string(static_cast<int>(t));
+      std::vector<float> outs[2];
+      for (int k = 0; k < 2; ++k) {
+        EngineBuild d;
+        d.inputs["x"] = InputShape::fixed(xd);
+        d.settings.device = k == 0 ? "cpu" : "cuda:0";
+        Engine e = Engine::deserialize(build_serialized_engine(graph, d));
+        if (k == 1) {
+          const auto layers = e.layers();
+          ASSERT_EQ(layers.size(), 1u) << what;
+          EXPECT_EQ(layers[0].fused.size(), 2u) << what;  // the add and the ReLU
+        }
+        auto r = e.create_execution().run({{"x", {t, xd, data(xf, xh)}}});
+        const auto& y = r.at("y");
+        outs[k].resize(static_cast<std::size_t>(y.dims.volume()));
+        for (std::size_t i = 0; i < outs[k].size(); ++i) {
+          const auto* h = reinterpret_cast<const std::uint16_t*>(y.data.get());
+          outs[k][i] = t == DataType::kFLOAT  ? reinterpret_cast<const float*>(y.data.get())[i]
+                       : t == DataType::kHALF ? core::half_to_float(h[i])
+                                              : core::bf16_to_float(h[i]);
+        }
+      }
+      const double tol = t == DataType::kFLOAT ? 2e-5 : t == DataType::kHALF ? 4e-3 : 2.5e-2;
+      std::size_t zeros = 0;
+      for (std::size_t i = 0; i < outs[0].size(); ++i) {
+        ASSERT_NEAR(outs[1][i], outs[0][i], tol * (1 + std::fabs(outs[0][i]))) << what << " at " << i;
+        zeros += outs[0][i] == 0.f;
+      }
+      EXPECT_GT(zeros, outs[0].size() / 10) << what;  // the ReLU clipped something
+      EXPECT_LT(zeros, outs[0].size() * 9 / 10) << what;
+    }
+  }
+}
+
 // A workspace limit that covers what a cuDNN convolution engine needs builds the same kind of
 // engine (cuDNN's configurations within the scratch left, the backend's own path reserved as the
 // fallback) and computes the same results.

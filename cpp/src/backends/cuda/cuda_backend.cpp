@@ -242,10 +242,20 @@ class CudaNodeKernel final : public NodeKernel {
   std::size_t epilogue_passes() const {
     std::size_t passes = 0;
     for (std::size_t i = fused_; i < node_.epilogue.size(); ++i, ++passes)
-      if (std::holds_alternative<ActivationParams>(node_.epilogue[i].params) && i + 1 < node_.epilogue.size() &&
-          std::holds_alternative<QuantizeParams>(node_.epilogue[i + 1].params))
-        ++i;
+      if (paired(i)) ++i;
     return passes;
+  }
+
+  // Whether epilogue ops i and i + 1 run as one pass: an activation and the quantize after it,
+  // or a sum and the ReLU after it (a residual block's add; float types, as both layers take).
+  bool paired(std::size_t i) const {
+    if (i + 1 >= node_.epilogue.size()) return false;
+    const auto& first = node_.epilogue[i].params;
+    const auto& second = node_.epilogue[i + 1].params;
+    if (std::holds_alternative<ActivationParams>(first)) return std::holds_alternative<QuantizeParams>(second);
+    const auto* sum = std::get_if<ElementWiseParams>(&first);
+    const auto* relu = std::get_if<ActivationParams>(&second);
+    return sum && sum->op == ElementWiseOperation::kSUM && relu && relu->type == ActivationType::kRELU;
   }
 
   void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const override;
@@ -771,16 +781,21 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
     if (node_.epilogue[i].operand >= 0) ++k;
   for (std::size_t i = done; i < node_.epilogue.size(); ++i) {
     const auto& op = node_.epilogue[i];
-    // An activation followed by a quantize runs as one pass (the activation's result rounded
-    // to its type in registers, as if stored).
+    // An activation followed by a quantize, or a sum followed by ReLU, runs as one pass (the
+    // first result rounded to its type in registers, as if stored).
     const auto* a = std::get_if<ActivationParams>(&op.params);
-    const bool pair = a && i + 1 < node_.epilogue.size() && std::holds_alternative<QuantizeParams>(node_.epilogue[i + 1].params);
+    const bool pair = paired(i);
+    const bool operand_first = op.operand_first;
     if (pair) ++i;
     const bool last = i + 1 == node_.epilogue.size();
     slot = 1 - slot;
     Buffer next = last ? out : Buffer{scratch[slot], descs[i + 1].type, descs[i + 1].dims};
-    if (pair) {
+    if (pair && a) {
       cuda::activation_quantize(*a, ref(cur), ref(in[k++]), ref(next), s);
+    } else if (pair) {
+      const Buffer& other = in[k++];
+      if (operand_first) cuda::sum_relu(ref(other), ref(cur), ref(next), s);
+      else cuda::sum_relu(ref(cur), ref(other), ref(next), s);
     } else if (a) {
       cuda::activation(*a, ref(cur), ref(next), s);
     } else if (std::holds_alternative<CastParams>(op.params)) {

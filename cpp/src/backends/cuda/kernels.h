@@ -37,6 +37,9 @@ struct TensorRef {
 // or b when it has the same dims and type.
 void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
                  cudaStream_t stream);
+// elementwise(kSUM, ...) then ReLU in one pass (a float type), the sum rounded to the type
+// first: the two layers' values. A residual block's add and activation.
+void sum_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, cudaStream_t stream);
 void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);  // out may alias x
 // In place over y [N, C, rest...] (a float type): y = activation(y + bias[c]) per channel c, the
 // sum rounded to y's type before the activation (as an elementwise layer then an activation

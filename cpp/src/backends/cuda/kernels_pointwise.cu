@@ -351,22 +351,27 @@ bool packable(const BinaryArgs& r, std::size_t pack_bytes) {
   return true;
 }
 
-template <class In, class Out, E op>
-void launch_binary(const BinaryArgs& r) {
+template <class In, class Out, class Op>
+void launch_binary_op(const BinaryArgs& r) {
   if constexpr (std::is_same_v<In, Out> && (std::is_same_v<In, F32> || std::is_same_v<In, F16> || std::is_same_v<In, BF16>)) {
     using T = typename In::T;
     constexpr int V = 16 / sizeof(T);
     if (packable<V>(r, sizeof(Pack<T, V>))) {
-      binary_pack_kernel<In, Binary<op>, V><<<blocks_for(r.n / V), kThreads, 0, r.stream>>>(
+      binary_pack_kernel<In, Op, V><<<blocks_for(r.n / V), kThreads, 0, r.stream>>>(
           static_cast<const T*>(r.a), static_cast<const T*>(r.b), static_cast<T*>(r.out), r.n, r.plan);
       check_launch("elementwise");
       return;
     }
   }
-  binary_kernel<In, Out, Binary<op>><<<blocks_for(r.n), kThreads, 0, r.stream>>>(
+  binary_kernel<In, Out, Op><<<blocks_for(r.n), kThreads, 0, r.stream>>>(
       static_cast<const typename In::T*>(r.a), static_cast<const typename In::T*>(r.b),
       static_cast<typename Out::T*>(r.out), r.n, r.plan);
   check_launch("elementwise");
+}
+
+template <class In, class Out, E op>
+void launch_binary(const BinaryArgs& r) {
+  launch_binary_op<In, Out, Binary<op>>(r);
 }
 
 const char* op_name(E op) {
@@ -476,6 +481,15 @@ struct Activation {
       const float u = __fmul_rn(0.79788456080286536f, __fadd_rn(v, cube));  // sqrt(2/pi)
       return 0.5f * v * (1.f + tanhf(u));
     }
+  }
+};
+
+// A sum rounded to the type, then ReLU: a residual add and the activation after it in one
+// pass, with the values of the two layers (ReLU of a rounded value is exact).
+template <class Tag>
+struct SumRelu {
+  __device__ float operator()(float x, float y) const {
+    return Activation<A::kRELU>{0.f, 0.f}(Tag::load(Tag::store(x + y)));
   }
 };
 
@@ -893,8 +907,11 @@ void launch_select(const TensorRef& c, const TensorRef& a, const TensorRef& b, c
 
 // ---- entry points -----------------------------------------------------------------------
 
-void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
-                 cudaStream_t stream) {
+namespace {
+
+// elementwise()'s checks; false for an empty output (nothing to launch).
+bool binary_args(E op, const TensorRef& a, const TensorRef& b, const TensorRef& out, cudaStream_t stream,
+                 BinaryArgs& r) {
   checked_volume(a, "elementwise", "input 0");
   checked_volume(b, "elementwise", "input 1");
   const i64 n = checked_volume(out, "elementwise", "the output");
@@ -908,10 +925,19 @@ void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b
   if (!broadcasts(ins, out.dims))
     fail("elementwise: inputs " + a.dims.str() + " and " + b.dims.str() + " do not broadcast to the output " +
          out.dims.str());
+  if (n == 0) return false;
+  r = {a.data, b.data, out.data, n, make_plan(ins, out.dims), stream};
+  return true;
+}
+
+}  // namespace
+
+void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
+                 cudaStream_t stream) {
   // As on the CPU, an empty output returns before the (op, type) dispatch; the dispatch
   // refuses an operation the type does not take before launching anything.
-  if (n == 0) return;
-  const BinaryArgs r{a.data, b.data, out.data, n, make_plan(ins, out.dims), stream};
+  BinaryArgs r;
+  if (!binary_args(op, a, b, out, stream, r)) return;
   switch (a.type) {
     case DataType::kFLOAT: elementwise_float<F32>(op, a.type, r); break;
     case DataType::kHALF: elementwise_float<F16>(op, a.type, r); break;
@@ -921,6 +947,16 @@ void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b
     case DataType::kBOOL: elementwise_bool(op, a.type, r); break;
     default: unsupported_op(op, a.type);
   }
+}
+
+void sum_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, cudaStream_t stream) {
+  BinaryArgs r;
+  if (!binary_args(E::kSUM, a, b, out, stream, r)) return;
+  const bool ok = dev::with_float(a.type, [&](auto tag) {
+    using Tag = decltype(tag);
+    launch_binary_op<Tag, Tag, SumRelu<Tag>>(r);
+  });
+  if (!ok) fail("sum_relu takes float32, float16 or bfloat16, not " + tn(a.type));
 }
 
 void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
