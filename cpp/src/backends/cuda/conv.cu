@@ -663,25 +663,31 @@ ConvSizing conv_sizing(const Geo& g, DataType t) {
 }
 
 // The cuDNN path's workspace: cuDNN's own, then for a channels-last plan the copies of x, of
-// the kernel (channels padded to the plan's count) and of y, each 256-byte aligned.
+// the kernel (channels padded to the plan's count) and of y at the plan's problem (the only
+// one it runs), each 256-byte aligned.
 struct CudnnLayout {
   std::size_t x = 0, w = 0, y = 0, total = 0;  // offsets of the copies; the bytes in all
 };
-CudnnLayout cudnn_layout(const CudnnConv& dnn, const Geo& g, DataType type) {
-  auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
+CudnnLayout cudnn_layout(const CudnnConvShape& s, std::size_t dnn_workspace) {
+  auto up = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
   CudnnLayout l;
-  l.total = dnn.workspace_bytes();
-  const i64 padded = dnn.shape().channels_last;
-  if (padded == 0) return l;
-  const std::size_t elem = static_cast<std::size_t>(element_size(type));
-  l.x = up(l.total);
-  l.w = l.x + up(elem * static_cast<std::size_t>(g.N * g.in_sp * padded));
-  l.y = l.w + up(elem * static_cast<std::size_t>(g.K * g.kvol * padded));
-  l.total = l.y + up(elem * static_cast<std::size_t>(g.N * g.out_sp * g.K));
+  l.total = dnn_workspace;
+  if (s.channels_last == 0) return l;
+  auto bytes = [&](const std::vector<i64>& dims, i64 channels) {  // [N, channels, spatial...]
+    i64 v = dims[0] * channels;
+    for (std::size_t i = 2; i < dims.size(); ++i) v *= dims[i];
+    return up(element_size(s.type) * static_cast<std::size_t>(v));
+  };
+  l.x = up(dnn_workspace);
+  l.w = l.x + bytes(s.x, s.channels_last);
+  l.y = l.w + bytes(s.w, s.channels_last);
+  l.total = l.y + bytes(s.y, s.y[1]);
   return l;
 }
 
 }  // namespace
+
+std::size_t channels_last_copy_bytes(const CudnnConvShape& s) { return kAlign + cudnn_layout(s, 0).total; }
 
 ConvolutionKernel::ConvolutionKernel(cublasLtHandle_t handle, std::string node_name, ConvolutionParams p)
     : name_(std::move(node_name)), params_(std::move(p)), gemm_(std::make_unique<StridedGemm>(handle, name_)) {}
@@ -693,7 +699,7 @@ std::size_t ConvolutionKernel::workspace_bytes(const TensorRef& x, const TensorR
   // Sizing only: the buffers need not exist yet (the builder asks before allocating).
   check_float(x, "convolution", "input 0");
   const Geo g = window_geo(params_, x, out, nullptr, nullptr, "convolution", false);
-  return std::max(conv_sizing(g, x.type).total, dnn_ ? cudnn_layout(*dnn_, g, x.type).total : std::size_t{0});
+  return std::max(conv_sizing(g, x.type).total, dnn_ ? cudnn_layout(dnn_->shape(), dnn_->workspace_bytes()).total : std::size_t{0});
 }
 
 std::optional<CudnnConvShape> ConvolutionKernel::cudnn_shape(const TensorRef& x, const TensorRef& kernel,
@@ -753,13 +759,12 @@ bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, c
   shape->channels_last = planned.channels_last;
   if (!same_cudnn_problem(*shape, planned)) return false;  // another problem than the plan's: our own path
   if (planned.channels_last) {  // transposed copies around cuDNN, bias and activation on the way out
-    const graph::TensorDesc kd{kernel.type, kernel.dims};
-    const Geo g = window_geo(params_, x, out, &kd, nullptr, "convolution", false);
-    const CudnnLayout l = cudnn_layout(*dnn_, g, x.type);
+    const CudnnLayout l = cudnn_layout(planned, dnn_->workspace_bytes());
     char* ws = static_cast<char*>(workspace);
     try {
       to_channels_last(x, planned.channels_last, ws + l.x, stream);
-      to_channels_last({kernel.data, kernel.type, Dims{g.K, g.Cg, g.kvol}}, planned.channels_last, ws + l.w, stream);
+      to_channels_last({kernel.data, kernel.type, Dims(std::span<const std::int64_t>(planned.w))}, planned.channels_last,
+                       ws + l.w, stream);
       dnn_->run(ws + l.x, ws + l.w, ws + l.y, ws, stream);
       from_channels_last(ws + l.y, out, bias ? bias->data : nullptr, act, stream);
     } catch (const Error& e) {

@@ -29,7 +29,8 @@
 //                  kChunkBytes, the positions of one image) is processed in chunks that fit.
 //                  With use_cudnn(): at least cuDNN's plan's workspace, and for a channels-last
 //                  plan that (rounded up to 256) + N * S_in * l + K * kvol * l + N * K * P
-//                  elements (l: the padded channel count; each part rounded up to 256 bytes).
+//                  elements at the plan's problem (l: the padded channel count; each part
+//                  rounded up to 256 bytes).
 //   deconvolution  kGemmWorkspaceBytes + 256 + u * min(N * K * Q, max(1, kChunkBytes / u)) with
 //                  u = 4 * kvol (float32 GEMM columns per image, output channel and input
 //                  position; Q = input positions per image): whole images per chunk, else blocks
@@ -61,6 +62,10 @@ namespace tensoracle::cuda {
 // Bound on the chunked buffers of convolution and deconvolution (im2col columns, float32 GEMM
 // results), beyond cuBLASLt's kGemmWorkspaceBytes.
 inline constexpr std::size_t kChunkBytes = std::size_t{256} << 20;
+
+// The workspace a channels-last cuDNN plan of `s` (s.channels_last > 0) needs beside cuDNN's
+// own: its three copies, each 256-byte aligned, and the alignment after cuDNN's part.
+std::size_t channels_last_copy_bytes(const CudnnConvShape& s);
 
 class StridedGemm;  // conv.cu: strided-batched cuBLASLt GEMMs with arbitrary leading dims
 

@@ -513,15 +513,7 @@ class CudaBackend final : public Backend {
         shape->w[1] == shape->x[1]) {
       const std::int64_t c = shape->x[1];
       nhwc.channels_last = c <= 4 ? 4 : (c + 7) / 8 * 8;
-      std::int64_t in_sp = 1, out_sp = 1, kvol = 1;
-      for (std::size_t i = 2; i < shape->x.size(); ++i) {
-        in_sp *= shape->x[i];
-        out_sp *= shape->y[i];
-        kvol *= shape->w[i];
-      }
-      const std::size_t copies = bytes_of({shape->type, Dims{shape->x[0] * in_sp * nhwc.channels_last}}) +
-                                 bytes_of({shape->type, Dims{shape->w[0] * kvol * nhwc.channels_last}}) +
-                                 bytes_of({shape->type, Dims{shape->y[0] * shape->y[1] * out_sp}}) + 4 * kAlign;
+      const std::size_t copies = cuda::channels_last_copy_bytes(nhwc);
       try {
         if (copies < cap) nhwc_configs = cuda::CudnnConv(dnn_, nhwc).candidates(c <= 8 ? 8 : 4, cap - copies);
       } catch (const Error&) {

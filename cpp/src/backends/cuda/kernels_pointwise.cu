@@ -1186,20 +1186,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The same for out_rows <= 8 (a few channels made last): one thread per column.
-template <class Tag>
-__global__ void few_rows_transpose_kernel(const typename Tag::T* __restrict__ in, typename Tag::T* __restrict__ out,
-                                          i64 batch, i64 rows, i64 cols, i64 out_rows) {
-  for (i64 i = first_index(); i < batch * cols; i += grid_step()) {
-    i64 b, c;
-    divmod(i, cols, b, c);
-    const typename Tag::T* ib = in + b * rows * cols + c;
-    for (i64 r = 0; r < out_rows; ++r) out[i * out_rows + r] = r < rows ? ib[r * cols] : Tag::store(0.f);
-  }
-}
-
-// out_rows = L (4 or 8, what the builder pads a few channels to), V | cols: one thread per V
-// columns, reading a V-vector of each row and writing V vectors of L (V * L contiguous).
+// The same for out_rows = L (4 or 8, what the builder pads a few channels to) and V | cols,
+// where a 64-row tile would be mostly padding: one thread per V columns, reading a V-vector of
+// each row and writing V vectors of L (V * L contiguous).
 template <class Tag, int V, int L>
 __global__ void few_rows_vector_kernel(const typename Tag::T* __restrict__ in, typename Tag::T* __restrict__ out,
                                        i64 batch, i64 rows, i64 cols) {
@@ -1288,11 +1277,7 @@ void to_channels_last(const TensorRef& x, std::int64_t channels, void* out, cuda
     };
     if (channels == 4 && S % V == 0) few(std::integral_constant<int, 4>{});
     else if (channels == 8 && S % V == 0) few(std::integral_constant<int, 8>{});
-    else if (channels <= 8)
-      few_rows_transpose_kernel<Tag><<<blocks_for(N * S), kThreads, 0, stream>>>(
-          static_cast<const T*>(x.data), static_cast<T*>(out), N, C, S, channels);
-    else
-      launch_transpose<Tag>(x.data, out, N, C, S, channels, Same<Tag>{}, stream);
+    else launch_transpose<Tag>(x.data, out, N, C, S, channels, Same<Tag>{}, stream);
     check_launch("to_channels_last");
   });
   if (!ok) fail("to_channels_last takes float32, float16 or bfloat16, not " + tn(x.type));
