@@ -42,6 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Channels-last copies hold x's channels (the backend sizes them from the padded count).
   check(s.channels_last == 0 ||
         (!s.accumulate && s.w[1] == s.x[1] && s.channels_last >= s.x[1] && s.channels_last < s.x[1] + 8));
+  // A channels-last output never comes with an accumulating (bias-first) plan.
+  check(!t.out_channels_last || !s.accumulate);
   // The run-time match against the actual problem takes the tactic's problem as read: any
   // values (no overflow, no out-of-bounds), and symmetric in its arguments.
   cuda::CudnnConvShape other = s;

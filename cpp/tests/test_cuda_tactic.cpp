@@ -50,8 +50,9 @@ std::string replaced_in(std::string text, const std::string& from, const std::st
 }  // namespace
 
 TEST(CudnnTactic, RoundTrips) {
-  for (int variant = 0; variant < 4; ++variant) {
-    CudnnTactic t = variant == 3 ? channels_last_sample() : sample();
+  for (int variant = 0; variant < 5; ++variant) {
+    CudnnTactic t = variant >= 3 ? channels_last_sample() : sample();
+    t.out_channels_last = variant == 4;
     if (variant == 1) {  // 3-D, bfloat16, no bias, no knobs
       t.shape = {DataType::kBF16, {1, 4, 6, 7, 8}, {8, 4, 3, 3, 3}, {1, 8, 6, 7, 8}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
                  {1, 1, 1}, false};
@@ -65,6 +66,7 @@ TEST(CudnnTactic, RoundTrips) {
     EXPECT_EQ(back.shape, t.shape) << text;
     EXPECT_EQ(back.config, t.config);
     EXPECT_EQ(back.workspace, t.workspace);
+    EXPECT_EQ(back.out_channels_last, t.out_channels_last);
     EXPECT_EQ(format_cudnn_tactic(back), text);
   }
   EXPECT_EQ(format_cudnn_tactic(sample()),
@@ -73,6 +75,44 @@ TEST(CudnnTactic, RoundTrips) {
   EXPECT_EQ(format_cudnn_tactic(channels_last_sample()),
             "cuda.convolution.cudnn/t:1/x:8x3x224x224/w:64x3x7x7/y:8x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4"
             "/cfg:5,2=1/ws:0");
+  CudnnTactic chained = channels_last_sample();
+  chained.out_channels_last = true;
+  EXPECT_EQ(format_cudnn_tactic(chained),
+            "cuda.convolution.cudnn/t:1/x:8x3x224x224/w:64x3x7x7/y:8x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4/o:1"
+            "/cfg:5,2=1/ws:0");
+  CudnnTactic packed = sample();  // a packed plan writing a channels-last output
+  packed.shape.accumulate = false;
+  packed.out_channels_last = true;
+  EXPECT_EQ(format_cudnn_tactic(packed),
+            "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:0/o:1"
+            "/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096");
+}
+
+// The output-layout field: "o:1", after a:0 and the channels-last field if any.
+TEST(CudnnTactic, RefusesOutputLayoutItDoesNotWrite) {
+  CudnnTactic chained = channels_last_sample();
+  chained.out_channels_last = true;
+  const std::string good = format_cudnn_tactic(chained);
+  for (const std::string& s : {good, replaced_in(good, "/l:4/o:1", "/o:1")}) {
+    CudnnTactic t;
+    ASSERT_TRUE(parse_cudnn_tactic(s, t)) << s;
+    EXPECT_TRUE(t.out_channels_last);
+    EXPECT_EQ(format_cudnn_tactic(t), s);
+  }
+  const std::string bad[] = {
+      replaced_in(good, "o:1", "o:0"),
+      replaced_in(good, "o:1", "o:2"),
+      replaced_in(good, "o:1", "o:"),
+      replaced_in(good, "o:1", "o:01"),
+      replaced_in(good, "/l:4/o:1", "/o:1/l:4"),             // out of order
+      replaced_in(good, "/o:1", "/o:1/o:1"),
+      replaced_in(good, "/o:1/cfg:5,2=1", "/cfg:5,2=1/o:1"),
+      replaced_in(format_cudnn_tactic(sample()), "/a:1", "/a:1/o:1"),  // onto a bias written first: never
+  };
+  for (const auto& s : bad) {
+    CudnnTactic t;
+    EXPECT_FALSE(parse_cudnn_tactic(s, t)) << s;
+  }
 }
 
 // The channels-last field: only where the builder writes it (groups 1, no accumulation, the
@@ -143,12 +183,15 @@ TEST(CudnnTactic, RefusesWhatItDoesNotWrite) {
 // accepts only strings that format back to themselves, and never reads out of bounds (the
 // sanitizers of the fuzz build check that; fuzz_cuda_tactic does the same on arbitrary bytes).
 TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
-  const std::string good[] = {format_cudnn_tactic(sample()), format_cudnn_tactic(channels_last_sample())};
-  const std::string alphabet = "0123456789x/:,=-tawyqpdscl";
+  CudnnTactic chained = channels_last_sample();
+  chained.out_channels_last = true;
+  const std::string good[] = {format_cudnn_tactic(sample()), format_cudnn_tactic(channels_last_sample()),
+                              format_cudnn_tactic(chained)};
+  const std::string alphabet = "0123456789x/:,=-tawyqpdsclo";
   std::mt19937 rng(7);
   int accepted = 0;
   for (int i = 0; i < 20000; ++i) {
-    std::string s = good[i % 2];
+    std::string s = good[i % 3];
     for (int e = 0, edits = 1 + static_cast<int>(rng() % 3); e < edits && !s.empty(); ++e) {
       const std::size_t at = rng() % s.size();
       const char c = alphabet[rng() % alphabet.size()];

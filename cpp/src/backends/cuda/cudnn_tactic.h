@@ -2,15 +2,16 @@
 // check it: how a cuDNN convolution is written into an engine's tactic and read back.
 //
 //   cuda.convolution.cudnn/t:<type>/x:<dims>/w:<dims>/y:<dims>/s:<stride>/d:<dilation>
-//       /p:<padding before>/q:<padding after>/a:<0|1>[/l:<channels>]/cfg:<configuration>/ws:<bytes>
+//       /p:<padding before>/q:<padding after>/a:<0|1>[/l:<channels>][/o:1]/cfg:<configuration>/ws:<bytes>
 //
 // dims are 'x'-separated decimals (x, w, y: 4 or 5 of them, >= 1; the spatial fields: 2 or 3,
 // stride and dilation >= 1, padding >= 0); the type is DataType's value (float32, float16 or
 // bfloat16); a: 1 when cuDNN accumulates onto y (a bias written into y first: engines built
 // before 2026-12-03; the builder now writes 0 and adds the bias after cuDNN); l: present when
 // cuDNN runs channels-last (NHWC) copies of x, w and y that the backend makes around it, x's and
-// w's channels padded with zeros to this count (C <= l < C + 8; groups 1; a:0; since 2026-12-04); the
-// configuration is cuDNN's engine global index then ",<knob type>=<value>" per knob; ws: the
+// w's channels padded with zeros to this count (C <= l < C + 8; groups 1; a:0; since 2026-12-04);
+// o:1: the node stores its output value channels-last ([N, spatial..., K]) for the convolutions
+// that read it (a:0; since 2026-12-04; see CudnnTactic::out_channels_last); the configuration is cuDNN's engine global index then ",<knob type>=<value>" per knob; ws: the
 // workspace the engine reserved for the plan. Engine files are untrusted input: parse_cudnn_tactic accepts exactly what
 // format_cudnn_tactic writes and rejects anything else without reading out of bounds.
 #pragma once
@@ -76,6 +77,10 @@ struct CudnnTactic {
   CudnnConvShape shape;
   std::string config;          // "<engine global index>[,<knob type>=<value>]..."
   std::size_t workspace = 0;   // bytes reserved at build time
+  // The node's output value is stored channels-last, [N, spatial..., K]: written so by this node
+  // (in place by a channels-last plan, else through a packed copy), read so by the convolutions
+  // that read it (as data or as an epilogue operand); no other layer may read it.
+  bool out_channels_last = false;
 };
 
 namespace detail {
@@ -141,7 +146,8 @@ inline std::string format_cudnn_tactic(const CudnnTactic& t) {
   return std::string(kCudnnTacticPrefix) + "t:" + std::to_string(static_cast<int>(s.type)) + "/x:" + join_dims(s.x) +
          "/w:" + join_dims(s.w) + "/y:" + join_dims(s.y) + "/s:" + join_dims(s.stride) + "/d:" + join_dims(s.dilation) +
          "/p:" + join_dims(s.pre) + "/q:" + join_dims(s.post) + "/a:" + (s.accumulate ? "1" : "0") +
-         (s.channels_last ? "/l:" + std::to_string(s.channels_last) : std::string()) + "/cfg:" + t.config +
+         (s.channels_last ? "/l:" + std::to_string(s.channels_last) : std::string()) +
+         (t.out_channels_last ? "/o:1" : "") + "/cfg:" + t.config +
          "/ws:" + std::to_string(t.workspace);
 }
 
@@ -152,10 +158,10 @@ inline bool parse_cudnn_tactic(std::string_view text, CudnnTactic& out) {
   CudnnTactic t;
   CudnnConvShape& s = t.shape;
   std::vector<std::int64_t>* dims[] = {nullptr, &s.x, &s.w, &s.y, &s.stride, &s.dilation, &s.pre, &s.post};
-  constexpr std::string_view keys[] = {"t:", "x:", "w:", "y:", "s:", "d:", "p:", "q:", "a:", "l:", "cfg:", "ws:"};
-  constexpr std::size_t kLayout = 9;  // the one optional field
+  constexpr std::string_view keys[] = {"t:", "x:", "w:", "y:", "s:", "d:", "p:", "q:", "a:", "l:", "o:", "cfg:", "ws:"};
+  constexpr std::size_t kLayout = 9, kOutLayout = 10;  // the optional fields
   for (std::size_t k = 0; k < std::size(keys); ++k) {
-    if (k == kLayout && !text.starts_with(keys[k])) continue;
+    if ((k == kLayout || k == kOutLayout) && !text.starts_with(keys[k])) continue;
     if (text.substr(0, keys[k].size()) != keys[k]) return false;
     text.remove_prefix(keys[k].size());
     const bool last = k + 1 == std::size(keys);
@@ -176,7 +182,10 @@ inline bool parse_cudnn_tactic(std::string_view text, CudnnTactic& out) {
       s.accumulate = value == "1";
     } else if (k == kLayout) {
       if (!detail::whole_number(value, s.channels_last) || s.channels_last < 1) return false;
-    } else if (k == 10) {
+    } else if (k == kOutLayout) {
+      if (value != "1") return false;
+      t.out_channels_last = true;
+    } else if (k == 11) {
       std::int64_t global = 0;
       std::vector<std::pair<int, std::int64_t>> knobs;
       if (!parse_cudnn_config(value, global, knobs)) return false;
@@ -199,6 +208,7 @@ inline bool parse_cudnn_tactic(std::string_view text, CudnnTactic& out) {
   if (s.channels_last &&
       (s.accumulate || s.w[1] != s.x[1] || s.channels_last < s.x[1] || s.channels_last - s.x[1] >= 8))
     return false;
+  if (t.out_channels_last && s.accumulate) return false;
   out = std::move(t);
   return true;
 }
