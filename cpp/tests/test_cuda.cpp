@@ -578,6 +578,135 @@ TEST(Cuda, ResidualAddAndReluInOnePassMatchTheCpuBackend) {
   }
 }
 
+// Channels-last values between convolutions (CudnnTactic::out_channels_last): a residual
+// network whose convolutions read and write channels-last values (as data, and as the residual
+// operand of a fused add), starting from an NCHW input used as a residual and ending in a
+// network output read back as NCHW, in float16 and bfloat16, against the CPU backend; the same
+// engine with every cuDNN plan replaced by the backend's own path (packed copies around it);
+// TENSORACLE_CUDNN_LAYOUT=nchw keeps every value packed; a tactic that stores a network output
+// channels-last is a CorruptEngineError.
+TEST(Cuda, ChannelsLastValuesBetweenConvolutionsMatchTheCpuBackend) {
+  const Dims xd{2, 16, 12, 12};
+  struct Env {
+    explicit Env(const char* v) { setenv("TENSORACLE_CUDNN_LAYOUT", v, 1); }
+    ~Env() { unsetenv("TENSORACLE_CUDNN_LAYOUT"); }
+  };
+  int seed = 500;
+  for (DataType t : {DataType::kHALF, DataType::kBF16}) {
+    auto narrow = [&](const std::vector<float>& v) {
+      std::vector<std::uint16_t> h(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
+      return h;
+    };
+    std::vector<std::vector<std::uint16_t>> weights;  // kept alive while building
+    auto conv = [&](Network& net, Tensor* in, int cin, int k, int size, int stride, bool bias) {
+      weights.push_back(narrow(uniform(static_cast<std::size_t>(k * cin * size * size), -0.25f, 0.25f, ++seed)));
+      const auto& w = weights.back();
+      Weights b;
+      if (bias) {
+        weights.push_back(narrow(uniform(static_cast<std::size_t>(k), -0.3f, 0.3f, ++seed)));
+        b = Weights(t, weights.back().data(), k, nullptr);
+      }
+      auto* l = net.add_convolution_nd(in, k, {size, size}, Weights(t, w.data(), static_cast<std::int64_t>(w.size()), nullptr), b);
+      ConvolutionParams p = l->get();
+      p.stride = {stride, stride};
+      p.pre_padding = p.post_padding = {size / 2, size / 2};
+      l->set(p);
+      return l->get_output(0);
+    };
+    auto relu = [](Network& net, Tensor* v) { return net.add_activation(v, ActivationType::kRELU)->get_output(0); };
+    auto add = [](Network& net, Tensor* a, Tensor* b) { return net.add_elementwise(a, b, ElementWiseOperation::kSUM)->get_output(0); };
+    auto graph = [&](Network& net) {
+      weights.clear();
+      weights.reserve(16);  // no reallocation: the network keeps pointers into these
+      seed = 500;
+      auto* x = net.add_input("x", t, xd);
+      auto* a = relu(net, conv(net, x, 16, 16, 3, 1, true));                      // reads x packed
+      auto* r1 = relu(net, add(net, conv(net, a, 16, 16, 3, 1, true), x));      // x: a packed residual
+      auto* c = relu(net, conv(net, r1, 16, 32, 3, 2, true));                   // stride 2
+      auto* d = conv(net, r1, 16, 32, 1, 2, false);                             // 1x1 shortcut
+      auto* r2 = relu(net, add(net, d, conv(net, c, 32, 32, 3, 1, true)));      // residual first
+      auto* y = add(net, conv(net, r2, 32, 32, 3, 1, false), r2);               // read back as NCHW
+      y->set_name("y");
+      net.mark_output(y);
+    };
+    auto x = narrow(uniform(static_cast<std::size_t>(xd.volume()), -1.f, 1.f, 501));
+    auto build = [&](const char* device, int level) {
+      EngineBuild d;
+      d.inputs["x"] = InputShape::fixed(xd);
+      d.settings.device = device;
+      d.settings.optimization_level = level;
+      return build_serialized_engine(graph, d);
+    };
+    auto values = [&](const std::vector<std::byte>& bytes) {
+      auto r = Engine::deserialize(bytes).create_execution().run({{"x", {t, xd, x.data()}}});
+      const auto* h = reinterpret_cast<const std::uint16_t*>(r.at("y").data.get());
+      std::vector<float> v(static_cast<std::size_t>(r.at("y").dims.volume()));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t == DataType::kHALF ? core::half_to_float(h[i]) : core::bf16_to_float(h[i]);
+      return v;
+    };
+    const std::string what = t == DataType::kHALF ? "float16" : "bfloat16";
+    const std::vector<float> ref = values(build("cpu", 0));
+    // Six layers of products, each result rounded to the type, the last one a sum that cancels:
+    // a few ulp of the inputs' magnitude (bfloat16's ulp is 8 times float16's). A wrong layout
+    // would put most elements off by about their own size: the mean error is also bounded.
+    const double tol = t == DataType::kHALF ? 1e-2 : 8e-2;
+    auto expect_close = [&](const std::vector<float>& got, const std::string& how) {
+      ASSERT_EQ(got.size(), ref.size()) << what << " " << how;
+      double err = 0, mag = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " " << how << " at " << i;
+        err += std::fabs(got[i] - ref[i]);
+        mag += std::fabs(ref[i]);
+      }
+      EXPECT_LT(err, 0.1 * mag) << what << " " << how;
+    };
+    for (int level : {0, 3}) {
+      std::vector<std::byte> bytes;
+      if (level == 0) {
+        Env env("nhwc");  // level 0 takes channels-last plans only when told to
+        bytes = build("cuda:0", 0);
+      } else {
+        bytes = build("cuda:0", 3);
+      }
+      Engine e = Engine::deserialize(bytes);
+      if (nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
+      const auto layers = e.layers();
+      ASSERT_EQ(layers.size(), 6u) << what;
+      std::string tactics;
+      int chained = 0;
+      for (const auto& l : layers) {
+        tactics += l.tactic + "\n";
+        chained += l.tactic.find("/o:1/") != std::string::npos;
+      }
+      // Every convolution but the last (a network output) writes channels-last.
+      EXPECT_EQ(chained, 5) << what << " level " << level << ":\n" << tactics;
+      EXPECT_EQ(layers[5].tactic.find("/o:1/"), std::string::npos) << what;
+      const std::vector<float> got = values(bytes);
+      expect_close(got, "level " + std::to_string(level));
+      EXPECT_EQ(values(bytes), got) << what << ": reopened";
+      if (level != 3) continue;
+      // Every cuDNN plan replaced by the backend's own path: same layouts, packed copies around it.
+      plan::Plan pl = plan::read_engine(bytes, "test", nullptr);
+      for (auto& n : pl.graph.nodes)
+        if (n.tactic.starts_with("cuda.convolution.cudnn/"))
+          n.tactic = n.tactic.substr(0, n.tactic.find("/cfg:")) + "/cfg:999999/ws:0";
+      expect_close(values(plan::write_engine(pl)), "own path");
+      // A network output stored channels-last (the first node's tactic, which stores its output
+      // so, on the last node): malformed.
+      plan::Plan bad = plan::read_engine(bytes, "test", nullptr);
+      auto& last = bad.graph.nodes.back();
+      last.tactic = bad.graph.nodes.front().tactic;
+      ASSERT_NE(last.tactic.find("/o:1/"), std::string::npos) << last.tactic;
+      EXPECT_THROW(Engine::deserialize(plan::write_engine(bad)), CorruptEngineError) << what << ": " << last.tactic;
+    }
+    Env env("nchw");
+    const auto bytes = build("cuda:0", 3);
+    for (const auto& l : Engine::deserialize(bytes).layers()) EXPECT_EQ(l.tactic.find("/o:1"), std::string::npos) << l.tactic;
+    expect_close(values(bytes), "nchw");
+  }
+}
+
 // A workspace limit that covers what a cuDNN convolution engine needs builds the same kind of
 // engine (cuDNN's configurations within the scratch left, the backend's own path reserved as the
 // fallback) and computes the same results.

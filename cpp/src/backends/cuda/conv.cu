@@ -694,12 +694,25 @@ ConvolutionKernel::ConvolutionKernel(cublasLtHandle_t handle, std::string node_n
 
 ConvolutionKernel::~ConvolutionKernel() = default;
 
+namespace {
+// A tensor's bytes rounded up to 256.
+std::size_t aligned_bytes(const TensorRef& t) {
+  const std::size_t b = element_size(t.type) * static_cast<std::size_t>(std::max<i64>(t.dims.volume(), 0));
+  return (b + kAlign - 1) / kAlign * kAlign;
+}
+}  // namespace
+
+std::size_t ConvolutionKernel::layout_bytes(const TensorRef& x, const TensorRef& out) const {
+  return (x_cl_ ? aligned_bytes(x) : 0) + (out_cl_ ? aligned_bytes(out) : 0);
+}
+
 std::size_t ConvolutionKernel::workspace_bytes(const TensorRef& x, const TensorRef& /*kernel: implied by params*/,
                                                const TensorRef& out) const {
   // Sizing only: the buffers need not exist yet (the builder asks before allocating).
   check_float(x, "convolution", "input 0");
   const Geo g = window_geo(params_, x, out, nullptr, nullptr, "convolution", false);
-  return std::max(conv_sizing(g, x.type).total, dnn_ ? cudnn_layout(dnn_->shape(), dnn_->workspace_bytes()).total : std::size_t{0});
+  return layout_bytes(x, out) + std::max(conv_sizing(g, x.type).total,
+                                         dnn_ ? cudnn_layout(dnn_->shape(), dnn_->workspace_bytes()).total : std::size_t{0});
 }
 
 std::optional<CudnnConvShape> ConvolutionKernel::cudnn_shape(const TensorRef& x, const TensorRef& kernel,
@@ -748,10 +761,13 @@ void ConvolutionKernel::use_cudnn(const CudnnContext& ctx, const CudnnConvShape&
 
 bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
                                   const TensorRef& out, void* workspace, cudaStream_t stream,
-                                  const ActivationParams* act) const {
+                                  const ActivationParams* act, bool x_cl, bool out_cl) const {
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kCudnnAlign == 0; };
   if (!aligned(x.data) || !aligned(kernel.data) || !aligned(out.data)) return false;
   const CudnnConvShape& planned = dnn_->shape();
+  // Channels-last tensors only go to a channels-last plan, x only where it pads no channels.
+  if ((x_cl || out_cl) && planned.channels_last == 0) return false;
+  if (x_cl && planned.channels_last != x.dims[1]) return false;
   // An engine's plan accumulates only where it was built with the bias written first (a:1).
   const bool prefill = planned.accumulate && bias != nullptr;
   auto shape = cudnn_shape(x, kernel, out, prefill);
@@ -762,11 +778,12 @@ bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, c
     const CudnnLayout l = cudnn_layout(planned, dnn_->workspace_bytes());
     char* ws = static_cast<char*>(workspace);
     try {
-      to_channels_last(x, planned.channels_last, ws + l.x, stream);
+      if (!x_cl) to_channels_last(x, planned.channels_last, ws + l.x, stream);
       to_channels_last({kernel.data, kernel.type, Dims(std::span<const std::int64_t>(planned.w))}, planned.channels_last,
                        ws + l.w, stream);
-      dnn_->run(ws + l.x, ws + l.w, ws + l.y, ws, stream);
-      from_channels_last(ws + l.y, out, bias ? bias->data : nullptr, act, stream);
+      dnn_->run(x_cl ? x.data : ws + l.x, ws + l.w, out_cl ? out.data : ws + l.y, ws, stream);
+      if (out_cl) bias_activation_channels_last(out, bias ? bias->data : nullptr, act, stream);
+      else from_channels_last(ws + l.y, out, bias ? bias->data : nullptr, act, stream);
     } catch (const Error& e) {
       throw Error("[cuda] convolution '" + name_ + "': " + e.what());
     }
@@ -805,9 +822,36 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
   const graph::TensorDesc kd{kernel.type, kernel.dims};
   graph::TensorDesc bd;
   if (bias) bd = {bias->type, bias->dims};
-  const Geo g = window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "convolution", false);
+  window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "convolution", false);
   if (n == 0) return;
-  if (dnn_ && run_cudnn(x, kernel, bias, out, workspace, stream, act)) return;
+  if (!x_cl_ && !out_cl_) {
+    run_packed(x, kernel, bias, out, workspace, stream, act);
+    return;
+  }
+  if (workspace == nullptr) fail("convolution: channels-last tensors need a workspace (ConvolutionKernel::workspace_bytes)");
+  auto* front = static_cast<std::byte*>(workspace);
+  std::byte* rest = front + layout_bytes(x, out);
+  if (dnn_ && run_cudnn(x, kernel, bias, out, rest, stream, act, x_cl_, out_cl_)) return;
+  // Another path: packed copies in front of the workspace.
+  TensorRef xp = x, op = out;
+  if (x_cl_) {
+    xp.data = front;
+    from_channels_last(x.data, xp, nullptr, nullptr, stream);
+  }
+  if (out_cl_) op.data = front + (x_cl_ ? aligned_bytes(x) : 0);
+  run_packed(xp, kernel, bias, op, rest, stream, act);
+  if (out_cl_) to_channels_last(op, out.dims[1], out.data, stream);
+}
+
+void ConvolutionKernel::run_packed(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
+                                   const TensorRef& out, void* workspace, cudaStream_t stream,
+                                   const ActivationParams* act) const {
+  const i64 n = out.dims.volume();
+  const graph::TensorDesc kd{kernel.type, kernel.dims};
+  graph::TensorDesc bd;
+  if (bias) bd = {bias->type, bias->dims};
+  const Geo g = window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "convolution", false);
+  if (dnn_ && run_cudnn(x, kernel, bias, out, workspace, stream, act, false, false)) return;
   const ConvSizing z = conv_sizing(g, x.type);
   if (z.total > 0 && workspace == nullptr)
     fail("convolution: this convolution needs a workspace (ConvolutionKernel::workspace_bytes)");

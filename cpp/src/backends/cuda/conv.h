@@ -106,15 +106,35 @@ class ConvolutionKernel {
                  std::size_t max_workspace);
   bool uses_cudnn() const { return dnn_ != nullptr; }
 
+  // How x and the output are stored (the TensorRefs keep the logical dims [N, C, spatial...]):
+  // false packed as those dims, true channels-last, [N, spatial..., C] (a value whose producer's
+  // tactic says so: CudnnTactic::out_channels_last). A channels-last plan reads a channels-last x
+  // in place when it pads no channels, and writes a channels-last output in place (then its bias
+  // and activation in one pass over it); every other path runs on converted copies, which the
+  // workspace then holds in front of the rest: x's bytes (when x is channels-last) and the
+  // output's (when it is), each rounded up to 256.
+  void set_layouts(bool x_channels_last, bool out_channels_last) {
+    x_cl_ = x_channels_last;
+    out_cl_ = out_channels_last;
+  }
+  bool out_channels_last() const { return out_cl_; }
+
  private:
-  // The cuDNN path of run(); false (nothing launched) where it does not apply.
+  // The cuDNN path of run() with x and out stored as the flags say; false (nothing launched)
+  // where it does not apply (another problem than the plan's; a layout the plan cannot take).
   bool run_cudnn(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
-                 void* workspace, cudaStream_t stream, const ActivationParams* act) const;
+                 void* workspace, cudaStream_t stream, const ActivationParams* act, bool x_cl, bool out_cl) const;
+  // run() on packed x and out (checked by run()).
+  void run_packed(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
+                  void* workspace, cudaStream_t stream, const ActivationParams* act) const;
+  // Bytes in front of the workspace for the layout conversions (0 when both are packed).
+  std::size_t layout_bytes(const TensorRef& x, const TensorRef& out) const;
 
   std::string name_;
   ConvolutionParams params_;
   std::unique_ptr<StridedGemm> gemm_;
   std::unique_ptr<CudnnConv> dnn_;
+  bool x_cl_ = false, out_cl_ = false;
 };
 
 class DeconvolutionKernel {

@@ -192,6 +192,50 @@ std::optional<ActivationParams> conv_activation(const graph::Node& n) {
   return std::nullopt;
 }
 
+// Whether node n stores its output channels-last (its tactic: CudnnTactic::out_channels_last).
+bool writes_channels_last(const graph::Node& n) {
+  if (!n.tactic.starts_with(cuda::kCudnnTacticPrefix)) return false;
+  cuda::CudnnTactic t;
+  return cuda::parse_cudnn_tactic(n.tactic, t) && t.out_channels_last;
+}
+
+// Whether value v is stored channels-last: its producer writes it so.
+bool channels_last_value(const graph::Graph& g, int v) {
+  const int p = g.values[static_cast<std::size_t>(v)].producer;
+  return p >= 0 && writes_channels_last(g.nodes[static_cast<std::size_t>(p)]);
+}
+
+// Where a channels-last value may be read: as a convolution's data (input 0) or as the operand
+// of an elementwise op in a convolution's epilogue, whose pass converts it where the layouts
+// differ; `why` says what else reads it. Engine files are untrusted: the loader checks this for
+// every node that writes channels-last, the builder only writes it so where it holds.
+bool channels_last_readers_ok(const graph::Graph& g, const graph::Node& n, std::string* why = nullptr) {
+  const auto& out = g.values[static_cast<std::size_t>(n.output)];
+  auto fail = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (!std::holds_alternative<ConvolutionParams>(n.params)) return fail("it is not a convolution");
+  if (out.is_output) return fail("its output is a network output");
+  for (const auto& r : g.nodes) {
+    const auto all = r.all_inputs();
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (all[i] != n.output) continue;
+      const bool conv = std::holds_alternative<ConvolutionParams>(r.params);
+      bool ok = conv && i == 0;
+      if (conv && i >= r.inputs.size()) {  // an epilogue operand: which op takes it
+        std::size_t k = r.inputs.size();
+        for (const auto& op : r.epilogue) {
+          if (op.operand < 0) continue;
+          if (k++ == i) ok = std::holds_alternative<ElementWiseParams>(op.params);
+        }
+      }
+      if (!ok) return fail("layer '" + r.name + "' reads it as input " + std::to_string(i));
+    }
+  }
+  return true;
+}
+
 class CudaBackend;
 
 class CudaNodeKernel final : public NodeKernel {
@@ -235,7 +279,16 @@ class CudaNodeKernel final : public NodeKernel {
     if (node_.epilogue.size() == fused_) return main_ws;
     std::size_t biggest = 0;
     for (std::size_t i = fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
-    return main_ws + (epilogue_passes() > 1 ? 2 : 1) * align_up(biggest);
+    return main_ws + (epilogue_passes() > 1 ? 2 : 1) * align_up(biggest) + align_up(converted_operand_bytes(in));
+  }
+
+  // The largest epilogue operand stored in the other layout than the node's result (converted
+  // into the workspace before its pass).
+  std::size_t converted_operand_bytes(std::span<const Buffer> in) const {
+    std::size_t bytes = 0;
+    for (std::size_t k = node_.inputs.size(); k < in.size() && k < operand_cl_.size(); ++k)
+      if (operand_cl_[k] != out_cl_) bytes = std::max(bytes, bytes_of({in[k].type, in[k].dims}));
+    return bytes;
   }
 
   // The passes run() makes after the main op (an activation and the quantize after it are one).
@@ -273,6 +326,10 @@ class CudaNodeKernel final : public NodeKernel {
   std::unique_ptr<cuda::EinsumKernel> einsum_;
   std::size_t fused_ = 0;  // epilogue ops the main op applies (cuBLASLt's epilogue, a convolution's activation)
   std::optional<ActivationParams> conv_act_;  // a convolution's fused activation
+  // Layouts (channels_last_value): of the node's result, as the main op writes it and the
+  // epilogue passes keep it, and of each of node_.all_inputs().
+  bool out_cl_ = false;
+  std::vector<bool> operand_cl_;
 };
 
 class CudaBackend final : public Backend {
@@ -442,6 +499,34 @@ class CudaBackend final : public Backend {
     return cuda::format_gemm_tactic(tactic);
   }
 
+  // Whether convolution n (cuDNN problem `shape`; inputs `in` and result `main` at the
+  // profile's opt shapes) should store its output channels-last for its readers: float16/
+  // bfloat16 without groups, a multiple of 8 output channels (its readers' plans then pad
+  // none), every epilogue operand of the result's dims or a single value (so the epilogue keeps
+  // the dims), and every reader a convolution of the same type without groups taking it as data
+  // or as an epilogue operand of the same dims as its own result (channels_last_readers_ok; the
+  // dims compared as the network declares them, a dynamic dim matching the same dynamic dim: a
+  // reader's pass refuses other dims at run time).
+  static bool chain_output(const graph::Graph& g, const graph::Node& n, const cuda::CudnnConvShape& shape,
+                           std::span<const graph::TensorDesc> in, const graph::TensorDesc& main) {
+    if (shape.type == DataType::kFLOAT || shape.w[1] != shape.x[1] || shape.y[1] % 8 != 0) return false;
+    if (!channels_last_readers_ok(g, n) || main.dims.rank() < 3) return false;
+    for (std::size_t k = n.inputs.size(); k < in.size(); ++k)
+      if (!(in[k].dims == main.dims) && in[k].dims.volume() != 1) return false;
+    const Dims& declared = g.values[static_cast<std::size_t>(n.output)].desc.dims;
+    bool read = false;
+    for (const auto& r : g.nodes) {
+      const auto all = r.all_inputs();
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        if (all[i] != n.output) continue;
+        if (r.main_desc.type != shape.type || std::get<ConvolutionParams>(r.params).num_groups != 1) return false;
+        if (i > 0 && !(r.main_desc.dims == declared)) return false;
+        read = true;
+      }
+    }
+    return read;
+  }
+
   // The scratch node `n` would reserve with this tactic at the query's max shapes.
   std::size_t node_scratch(const graph::Graph& g, const graph::Node& n, const std::string& tactic, const TacticQuery& q) const {
     graph::Node probe = n;
@@ -520,15 +605,22 @@ class CudaBackend final : public Backend {
         nhwc_configs.clear();  // cuDNN refuses the channels-last problem: the others only
       }
     }
+    // Channels-last between convolutions: where chain_output() holds, the node writes its output
+    // channels-last, and every candidate is timed writing it so (channels-last plans in place,
+    // the others through a packed copy; the backend's own path is left out); a reader of a
+    // channels-last x times its candidates with x so stored.
+    const bool x_cl = channels_last_value(g, n.inputs[0]);
+    const bool out_cl = !nhwc_configs.empty() && q.scratch_limit == kNoScratchLimit && chain_output(g, n, *shape, in, main);
     if (layout == "nhwc" && !nhwc_configs.empty())
-      return cuda::format_cudnn_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace});
-    if (level < 2)
+      return cuda::format_cudnn_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace, out_cl});
+    if (level < 2 && !x_cl)
       return depthwise ? base : cuda::format_cudnn_tactic({*shape, configs[0].config, configs[0].workspace});
 
-    // Candidates: [cuDNN's first, ours, cuDNN's others] (ours first for depthwise).
+    // Candidates: [cuDNN's first, ours, cuDNN's others] (ours first for depthwise), then the
+    // channels-last ones; only those for a channels-last output.
     std::vector<std::string> names;
     std::vector<std::unique_ptr<cuda::ConvolutionKernel>> kernels;
-    auto add = [&](const cuda::CudnnConv::Candidate* c, const cuda::CudnnConvShape& problem) {
+    auto add = [&](const cuda::CudnnConv::Candidate* c, const cuda::CudnnConvShape& problem, bool chained) {
       auto k = std::make_unique<cuda::ConvolutionKernel>(lt_, n.name, p);
       if (c) {
         try {
@@ -537,16 +629,24 @@ class CudaBackend final : public Backend {
           return;
         }
       }
+      k->set_layouts(x_cl, chained);
       kernels.push_back(std::move(k));
-      names.push_back(c ? cuda::format_cudnn_tactic({problem, c->config, c->workspace}) : base);
+      names.push_back(c ? cuda::format_cudnn_tactic({problem, c->config, c->workspace, chained}) : base);
     };
-    if (depthwise) add(nullptr, *shape);
-    for (std::size_t i = 0; i < configs.size(); ++i) {
-      if (i == 1 && !depthwise) add(nullptr, *shape);
-      add(&configs[i], *shape);
+    if (out_cl) {
+      for (const auto& c : configs) add(&c, *shape, true);
+      for (const auto& c : nhwc_configs) add(&c, nhwc, true);
     }
-    if (!depthwise && configs.size() == 1) add(nullptr, *shape);
-    for (const auto& c : nhwc_configs) add(&c, nhwc);
+    if (kernels.empty()) {
+      if (depthwise) add(nullptr, *shape, false);
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        if (i == 1 && !depthwise) add(nullptr, *shape, false);
+        add(&configs[i], *shape, false);
+      }
+      if (!depthwise && configs.size() == 1) add(nullptr, *shape, false);
+      for (const auto& c : nhwc_configs) add(&c, nhwc, false);
+    }
+    if (level < 2) return names.front();
     std::vector<void*> owned;
     std::uint64_t seed = 0x9e3779b97f4a7c15ull;
     auto scratch = [&](const graph::TensorDesc& d) {
@@ -719,6 +819,11 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
       cuda::CudnnTactic t;
       if (!cuda::parse_cudnn_tactic(n.tactic, t))
         throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's cuDNN convolution is malformed");
+      std::string why;
+      if (t.out_channels_last && !channels_last_readers_ok(g, n, &why))
+        throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
+                                 " (malformed engine)");
+      out_cl_ = t.out_channels_last;
       try {
         conv_->use_cudnn(backend.dnn(), t.shape, t.config, t.workspace);
       } catch (const CorruptEngineError&) {
@@ -728,7 +833,9 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
         // own convolution (same results within float32 rounding; slower).
       }
     }
+    conv_->set_layouts(channels_last_value(g, n.inputs[0]), out_cl_);
   }
+  for (int v : n.all_inputs()) operand_cl_.push_back(channels_last_value(g, v));
   if (const auto* d = std::get_if<DeconvolutionParams>(&n.params))
     deconv_ = std::make_unique<cuda::DeconvolutionKernel>(backend.lt(), n.name, *d);
   if (const auto* e = std::get_if<EinsumParams>(&n.params)) einsum_ = std::make_unique<cuda::EinsumKernel>(backend.lt(), n.name, *e);
@@ -768,6 +875,20 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
   int slot = 0;  // the scratch buffer holding `cur`; each pass writes the other
   Buffer cur{scratch[slot], descs[done].type, descs[done].dims};
   run_main(in, cur, ws, s);
+  std::byte* converted = ws + main_ws + (epilogue_passes() > 1 ? 2 : 1) * align_up(biggest);
+  // Epilogue operand k in the result's layout: as stored, or converted into the workspace.
+  auto operand = [&](std::size_t k) -> cuda::TensorRef {
+    const cuda::TensorRef r = ref(in[k]);
+    if (!(operand_cl_[k] || out_cl_) || r.dims.volume() == 1) return r;
+    if (!(r.dims == cur.dims))
+      throw Error("[cuda] node '" + node_.name + "': epilogue operand " + r.dims.str() + " cannot broadcast onto the " +
+                  cur.dims.str() + " result when either is stored channels-last");
+    if (operand_cl_[k] == out_cl_) return r;
+    const cuda::TensorRef c{converted, r.type, r.dims};
+    if (out_cl_) cuda::to_channels_last(r, r.dims[1], converted, s);
+    else cuda::from_channels_last(r.data, c, nullptr, nullptr, s);
+    return c;
+  };
   std::size_t k = node_.inputs.size();
   for (std::size_t i = 0; i < done; ++i)
     if (node_.epilogue[i].operand >= 0) ++k;
@@ -783,21 +904,21 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
     slot = 1 - slot;
     Buffer next = last ? out : Buffer{scratch[slot], descs[i + 1].type, descs[i + 1].dims};
     if (pair && a) {
-      cuda::activation_quantize(*a, ref(cur), ref(in[k++]), ref(next), s);
+      cuda::activation_quantize(*a, ref(cur), operand(k++), ref(next), s);
     } else if (pair) {
-      const Buffer& other = in[k++];
-      if (operand_first) cuda::sum_relu(ref(other), ref(cur), ref(next), s);
-      else cuda::sum_relu(ref(cur), ref(other), ref(next), s);
+      const cuda::TensorRef other = operand(k++);
+      if (operand_first) cuda::sum_relu(other, ref(cur), ref(next), s);
+      else cuda::sum_relu(ref(cur), other, ref(next), s);
     } else if (a) {
       cuda::activation(*a, ref(cur), ref(next), s);
     } else if (std::holds_alternative<CastParams>(op.params)) {
       cuda::cast(ref(cur), ref(next), s);
     } else if (const auto* e = std::get_if<ElementWiseParams>(&op.params)) {
-      const Buffer& other = in[k++];
-      if (op.operand_first) cuda::elementwise(e->op, ref(other), ref(cur), ref(next), s);
-      else cuda::elementwise(e->op, ref(cur), ref(other), ref(next), s);
+      const cuda::TensorRef other = operand(k++);
+      if (op.operand_first) cuda::elementwise(e->op, other, ref(cur), ref(next), s);
+      else cuda::elementwise(e->op, ref(cur), other, ref(next), s);
     } else if (std::holds_alternative<QuantizeParams>(op.params)) {
-      cuda::quantize(ref(cur), ref(in[k++]), 0, ref(next), s);  // a per-tensor scale (fuse_pointwise)
+      cuda::quantize(ref(cur), operand(k++), 0, ref(next), s);  // a per-tensor scale (fuse_pointwise)
     } else {
       throw BuildError("[cuda] node '" + node_.name + "': layer '" + op.layer + "' cannot run as an epilogue");
     }

@@ -46,6 +46,10 @@ void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& 
 // layer give); `bias` (C elements of y's type) or `act` may be null. One pass: a convolution's
 // epilogue after cuDNN.
 void bias_activation(const TensorRef& y, const void* bias, const ActivationParams* act, cudaStream_t stream);
+// The same over a channels-last y: y.dims are the logical [N, C, rest...], y.data holds
+// [N, rest..., C] (channel c of position s of image n at (n * S + s) * C + c).
+void bias_activation_channels_last(const TensorRef& y, const void* bias, const ActivationParams* act,
+                                   cudaStream_t stream);
 // x [N, C, rest...] (a float type) into `out` channels-last with `channels` (>= C) channels: the
 // value of channel c at position s of image n goes to out[(n * S + s) * channels + c] (S: the
 // volume of rest), zeros where c >= C. A cuDNN convolution's input (and kernel) copy.

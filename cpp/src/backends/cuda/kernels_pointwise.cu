@@ -1233,6 +1233,47 @@ void by_width(int v, F&& f) {
   f(std::integral_constant<int, 1>{});
 }
 
+// bias_activation over a channels-last y (element i has channel i % C): V-element vectors (V
+// divides C, so a vector stays within one position's channels).
+template <class Tag, class Op, int V>
+__global__ void __launch_bounds__(kThreads)
+    channel_last_bias_kernel(typename Tag::T* __restrict__ y, const typename Tag::T* __restrict__ bias, i64 packs,
+                             i64 C, Op op) {
+  using P = Pack<typename Tag::T, V>;
+  for (i64 i = first_index(); i < packs; i += grid_step()) {
+    P p = reinterpret_cast<P*>(y)[i];
+    const i64 c0 = (i * V) % C;
+#pragma unroll
+    for (int k = 0; k < V; ++k) p.v[k] = op(p.v[k], bias ? Tag::load(bias[c0 + k]) : 0.f);
+    reinterpret_cast<P*>(y)[i] = p;
+  }
+}
+
+void bias_activation_channels_last(const TensorRef& y, const void* bias, const ActivationParams* act,
+                                   cudaStream_t stream) {
+  const i64 n = checked_volume(y, "bias_activation_channels_last", "the tensor");
+  if (y.dims.rank() < 2) fail("bias_activation_channels_last: the tensor " + desc(y) + " has no channel dim");
+  const i64 C = y.dims[1];
+  if (n == 0 || (bias == nullptr && act == nullptr)) return;
+  const bool ok = dev::with_float(y.type, [&](auto tag) {
+    using Tag = decltype(tag);
+    using T = typename Tag::T;
+    const bool aligned = reinterpret_cast<std::uintptr_t>(y.data) % 16 == 0;
+    auto* data = static_cast<T*>(y.data);
+    const auto* b = static_cast<const T*>(bias);
+    with_activation(act ? act->type : A::kRELU, [&](auto type) {
+      const BiasActivation<Tag, decltype(type)::value> op{{act ? act->alpha : 0.f, act ? act->beta : 0.f}, bias != nullptr,
+                                                          act != nullptr};
+      by_width<T>(aligned ? vector_width<T>({C}) : 1, [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        channel_last_bias_kernel<Tag, decltype(op), V><<<blocks_for(n / V), kThreads, 0, stream>>>(data, b, n / V, C, op);
+      });
+    });
+    check_launch("bias_activation_channels_last");
+  });
+  if (!ok) fail("bias_activation_channels_last takes float32, float16 or bfloat16, not " + tn(y.type));
+}
+
 template <class Tag, class Op>
 void launch_transpose(const void* in, void* out, i64 batch, i64 rows, i64 cols, i64 out_rows, Op op,
                       cudaStream_t stream) {
