@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cudnn_tactic.h"
 #include "backends/cuda/gemm_tactic.h"
+#include "backends/cuda/layouts.h"
 
 using namespace tensoracle;
 using namespace tensoracle::cuda;
@@ -297,4 +298,171 @@ TEST(CudnnTactic, PaddingAfterThatChangesNothingIsTheSameProblem) {
   other = symmetric;
   other.stride = {0, 2};
   EXPECT_FALSE(same_cudnn_problem(other, other));
+}
+
+// ---- channels-last values (layouts.h) -----------------------------------------------------
+
+namespace {
+
+// x -> conv0 -> a -> conv1 (+ x, fused) -> r -> pool -> out (a network output); float16.
+struct Chain {
+  graph::Graph g;
+  Chain() {
+    const graph::TensorDesc act{DataType::kHALF, Dims{2, 16, 8, 8}}, w{DataType::kHALF, Dims{16 * 16 * 9}};
+    auto value = [&](const std::string& name, graph::TensorDesc d, int producer) {
+      graph::Value v;
+      v.name = name;
+      v.desc = d;
+      v.producer = producer;
+      g.values.push_back(v);
+      return static_cast<int>(g.values.size()) - 1;
+    };
+    const int x = value("x", act, -1), w0 = value("w0", w, -1), a = value("a", act, 0), w1 = value("w1", w, -1),
+              r = value("r", act, 1), out = value("out", act, 2);
+    g.values[static_cast<std::size_t>(x)].is_input = true;
+    g.values[static_cast<std::size_t>(out)].is_output = true;
+    g.inputs = {x};
+    g.outputs = {out};
+    graph::Node conv0;
+    conv0.name = "conv0";
+    conv0.params = ConvolutionParams{};
+    conv0.inputs = {x, w0};
+    conv0.main_desc = act;
+    conv0.output = a;
+    graph::Node conv1 = conv0;
+    conv1.name = "conv1";
+    conv1.inputs = {a, w1};
+    conv1.output = r;
+    graph::EpilogueOp add;
+    add.layer = "add";
+    add.params = ElementWiseParams{ElementWiseOperation::kSUM};
+    add.operand = x;
+    add.desc = act;
+    conv1.epilogue = {add};
+    graph::Node pool;
+    pool.name = "pool";
+    pool.params = PoolingParams{};
+    pool.inputs = {r};
+    pool.main_desc = act;
+    pool.output = out;
+    g.nodes = {conv0, conv1, pool};
+  }
+  static std::string tactic(bool out_channels_last) {
+    CudnnTactic t = channels_last_sample();
+    t.out_channels_last = out_channels_last;
+    return format_cudnn_tactic(t);
+  }
+  CudnnConvShape shape(DataType type = DataType::kHALF, std::int64_t k = 16) const {
+    CudnnConvShape s;
+    s.type = type;
+    s.x = {2, 16, 8, 8};
+    s.w = {k, 16, 3, 3};
+    s.y = {2, k, 8, 8};
+    return s;
+  }
+  std::vector<graph::TensorDesc> inputs(const graph::Node& n) const {
+    std::vector<graph::TensorDesc> d;
+    for (int v : n.all_inputs()) d.push_back(g.values[static_cast<std::size_t>(v)].desc);
+    return d;
+  }
+  bool chain(const graph::Node& n, const CudnnConvShape& s) const {
+    const auto in = inputs(n);
+    return chain_output(g, n, s, in, n.main_desc);
+  }
+};
+
+}  // namespace
+
+// A value's layout is its producer's tactic; only a convolution's "o:1" makes it channels-last.
+TEST(ChannelsLastValues, FollowTheProducersTactic) {
+  Chain c;
+  EXPECT_FALSE(channels_last_value(c.g, 0));  // the network input: no producer
+  EXPECT_FALSE(channels_last_value(c.g, 2));
+  c.g.nodes[0].tactic = Chain::tactic(false);
+  EXPECT_FALSE(channels_last_value(c.g, 2));
+  c.g.nodes[0].tactic = Chain::tactic(true);
+  EXPECT_TRUE(channels_last_value(c.g, 2));
+  c.g.nodes[0].tactic = Chain::tactic(true) + "x";  // malformed: not channels-last (the loader refuses it)
+  EXPECT_FALSE(channels_last_value(c.g, 2));
+}
+
+// What the loader accepts for a node whose tactic says o:1: only convolutions read the value,
+// as data or as an elementwise epilogue operand; never the network, a kernel or a bias input,
+// a quantize's scale, or another layer.
+TEST(ChannelsLastValues, OnlyConvolutionsMayReadThem) {
+  Chain c;
+  std::string why;
+  EXPECT_TRUE(channels_last_readers_ok(c.g, c.g.nodes[0], &why)) << why;
+  EXPECT_FALSE(channels_last_readers_ok(c.g, c.g.nodes[1], &why));  // the pooling reads r
+  EXPECT_NE(why.find("layer 'pool' reads it as input 0"), std::string::npos) << why;
+  EXPECT_FALSE(channels_last_readers_ok(c.g, c.g.nodes[2], &why));
+  EXPECT_NE(why.find("not a convolution"), std::string::npos) << why;
+  {
+    Chain d;  // r read by nothing but the network
+    d.g.nodes.pop_back();
+    d.g.values[4].is_output = true;
+    EXPECT_FALSE(channels_last_readers_ok(d.g, d.g.nodes[1], &why));
+    EXPECT_NE(why.find("network output"), std::string::npos) << why;
+  }
+  {
+    Chain d;  // a as conv1's fused residual too
+    d.g.nodes[1].epilogue[0].operand = 2;
+    EXPECT_TRUE(channels_last_readers_ok(d.g, d.g.nodes[0], &why)) << why;
+    d.g.nodes[1].epilogue[0].params = QuantizeParams{};  // as a quantize's scale
+    EXPECT_FALSE(channels_last_readers_ok(d.g, d.g.nodes[0], &why));
+    EXPECT_NE(why.find("input 2"), std::string::npos) << why;
+  }
+  {
+    Chain d;  // a as conv1's kernel
+    d.g.nodes[1].inputs = {0, 2};
+    EXPECT_FALSE(channels_last_readers_ok(d.g, d.g.nodes[0], &why));
+    EXPECT_NE(why.find("layer 'conv1' reads it as input 1"), std::string::npos) << why;
+  }
+}
+
+// Where the builder stores a convolution's output channels-last.
+TEST(ChannelsLastValues, TheBuilderChainsConvolutionsOfOneTypeWithoutGroups) {
+  Chain c;
+  EXPECT_TRUE(c.chain(c.g.nodes[0], c.shape()));
+  EXPECT_FALSE(c.chain(c.g.nodes[0], c.shape(DataType::kFLOAT)));
+  EXPECT_FALSE(c.chain(c.g.nodes[0], c.shape(DataType::kHALF, 12)));  // readers would pad channels
+  EXPECT_FALSE(c.chain(c.g.nodes[1], c.shape()));  // the pooling reads it
+  {
+    Chain d;  // groups: the copies hold C / groups channels per kernel
+    CudnnConvShape s = d.shape();
+    s.w[1] = 8;
+    EXPECT_FALSE(d.chain(d.g.nodes[0], s));
+  }
+  {
+    Chain d;  // a reader with groups
+    std::get<ConvolutionParams>(d.g.nodes[1].params).num_groups = 2;
+    EXPECT_FALSE(d.chain(d.g.nodes[0], d.shape()));
+  }
+  {
+    Chain d;  // a reader of another type
+    d.g.nodes[1].main_desc.type = DataType::kBF16;
+    EXPECT_FALSE(d.chain(d.g.nodes[0], d.shape()));
+  }
+  {
+    Chain d;  // read as a residual whose dims differ from the reader's result
+    d.g.nodes[1].epilogue[0].operand = 2;
+    EXPECT_TRUE(d.chain(d.g.nodes[0], d.shape()));
+    d.g.nodes[1].main_desc.dims = Dims{2, 16, 1, 1};
+    EXPECT_FALSE(d.chain(d.g.nodes[0], d.shape()));
+  }
+  {
+    Chain d;  // its own epilogue operand broadcasts: not once the result is channels-last
+    d.g.nodes[2].inputs = {4};
+    d.g.nodes.back().params = ConvolutionParams{};
+    d.g.values[5].is_output = true;
+    d.g.values[0].desc.dims = Dims{1, 16, 1, 1};
+    EXPECT_FALSE(d.chain(d.g.nodes[1], d.shape()));
+    d.g.values[0].desc.dims = Dims{1, 1, 1, 1};  // a single value: fine
+    EXPECT_TRUE(d.chain(d.g.nodes[1], d.shape()));
+  }
+  {
+    Chain d;  // read by nothing
+    d.g.nodes[1].inputs = {0, 3};
+    EXPECT_FALSE(d.chain(d.g.nodes[0], d.shape()));
+  }
 }

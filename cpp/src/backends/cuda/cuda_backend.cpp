@@ -27,6 +27,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gemm_tactic.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/layouts.h"
 #include "backends/cuda/tuning.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
@@ -190,50 +191,6 @@ std::optional<ActivationParams> conv_activation(const graph::Node& n) {
   if (n.epilogue.empty()) return std::nullopt;
   if (const auto* a = std::get_if<ActivationParams>(&n.epilogue[0].params)) return *a;
   return std::nullopt;
-}
-
-// Whether node n stores its output channels-last (its tactic: CudnnTactic::out_channels_last).
-bool writes_channels_last(const graph::Node& n) {
-  if (!n.tactic.starts_with(cuda::kCudnnTacticPrefix)) return false;
-  cuda::CudnnTactic t;
-  return cuda::parse_cudnn_tactic(n.tactic, t) && t.out_channels_last;
-}
-
-// Whether value v is stored channels-last: its producer writes it so.
-bool channels_last_value(const graph::Graph& g, int v) {
-  const int p = g.values[static_cast<std::size_t>(v)].producer;
-  return p >= 0 && writes_channels_last(g.nodes[static_cast<std::size_t>(p)]);
-}
-
-// Where a channels-last value may be read: as a convolution's data (input 0) or as the operand
-// of an elementwise op in a convolution's epilogue, whose pass converts it where the layouts
-// differ; `why` says what else reads it. Engine files are untrusted: the loader checks this for
-// every node that writes channels-last, the builder only writes it so where it holds.
-bool channels_last_readers_ok(const graph::Graph& g, const graph::Node& n, std::string* why = nullptr) {
-  const auto& out = g.values[static_cast<std::size_t>(n.output)];
-  auto fail = [&](const std::string& w) {
-    if (why) *why = w;
-    return false;
-  };
-  if (!std::holds_alternative<ConvolutionParams>(n.params)) return fail("it is not a convolution");
-  if (out.is_output) return fail("its output is a network output");
-  for (const auto& r : g.nodes) {
-    const auto all = r.all_inputs();
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (all[i] != n.output) continue;
-      const bool conv = std::holds_alternative<ConvolutionParams>(r.params);
-      bool ok = conv && i == 0;
-      if (conv && i >= r.inputs.size()) {  // an epilogue operand: which op takes it
-        std::size_t k = r.inputs.size();
-        for (const auto& op : r.epilogue) {
-          if (op.operand < 0) continue;
-          if (k++ == i) ok = std::holds_alternative<ElementWiseParams>(op.params);
-        }
-      }
-      if (!ok) return fail("layer '" + r.name + "' reads it as input " + std::to_string(i));
-    }
-  }
-  return true;
 }
 
 class CudaBackend;
@@ -499,34 +456,6 @@ class CudaBackend final : public Backend {
     return cuda::format_gemm_tactic(tactic);
   }
 
-  // Whether convolution n (cuDNN problem `shape`; inputs `in` and result `main` at the
-  // profile's opt shapes) should store its output channels-last for its readers: float16/
-  // bfloat16 without groups, a multiple of 8 output channels (its readers' plans then pad
-  // none), every epilogue operand of the result's dims or a single value (so the epilogue keeps
-  // the dims), and every reader a convolution of the same type without groups taking it as data
-  // or as an epilogue operand of the same dims as its own result (channels_last_readers_ok; the
-  // dims compared as the network declares them, a dynamic dim matching the same dynamic dim: a
-  // reader's pass refuses other dims at run time).
-  static bool chain_output(const graph::Graph& g, const graph::Node& n, const cuda::CudnnConvShape& shape,
-                           std::span<const graph::TensorDesc> in, const graph::TensorDesc& main) {
-    if (shape.type == DataType::kFLOAT || shape.w[1] != shape.x[1] || shape.y[1] % 8 != 0) return false;
-    if (!channels_last_readers_ok(g, n) || main.dims.rank() < 3) return false;
-    for (std::size_t k = n.inputs.size(); k < in.size(); ++k)
-      if (!(in[k].dims == main.dims) && in[k].dims.volume() != 1) return false;
-    const Dims& declared = g.values[static_cast<std::size_t>(n.output)].desc.dims;
-    bool read = false;
-    for (const auto& r : g.nodes) {
-      const auto all = r.all_inputs();
-      for (std::size_t i = 0; i < all.size(); ++i) {
-        if (all[i] != n.output) continue;
-        if (r.main_desc.type != shape.type || std::get<ConvolutionParams>(r.params).num_groups != 1) return false;
-        if (i > 0 && !(r.main_desc.dims == declared)) return false;
-        read = true;
-      }
-    }
-    return read;
-  }
-
   // The scratch node `n` would reserve with this tactic at the query's max shapes.
   std::size_t node_scratch(const graph::Graph& g, const graph::Node& n, const std::string& tactic, const TacticQuery& q) const {
     graph::Node probe = n;
@@ -609,8 +538,8 @@ class CudaBackend final : public Backend {
     // channels-last, and every candidate is timed writing it so (channels-last plans in place,
     // the others through a packed copy; the backend's own path is left out); a reader of a
     // channels-last x times its candidates with x so stored.
-    const bool x_cl = channels_last_value(g, n.inputs[0]);
-    const bool out_cl = !nhwc_configs.empty() && q.scratch_limit == kNoScratchLimit && chain_output(g, n, *shape, in, main);
+    const bool x_cl = cuda::channels_last_value(g, n.inputs[0]);
+    const bool out_cl = !nhwc_configs.empty() && q.scratch_limit == kNoScratchLimit && cuda::chain_output(g, n, *shape, in, main);
     if (layout == "nhwc" && !nhwc_configs.empty())
       return cuda::format_cudnn_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace, out_cl});
     if (level < 2 && !x_cl)
@@ -820,7 +749,7 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
       if (!cuda::parse_cudnn_tactic(n.tactic, t))
         throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's cuDNN convolution is malformed");
       std::string why;
-      if (t.out_channels_last && !channels_last_readers_ok(g, n, &why))
+      if (t.out_channels_last && !cuda::channels_last_readers_ok(g, n, &why))
         throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
                                  " (malformed engine)");
       out_cl_ = t.out_channels_last;
@@ -833,9 +762,9 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
         // own convolution (same results within float32 rounding; slower).
       }
     }
-    conv_->set_layouts(channels_last_value(g, n.inputs[0]), out_cl_);
+    conv_->set_layouts(cuda::channels_last_value(g, n.inputs[0]), out_cl_);
   }
-  for (int v : n.all_inputs()) operand_cl_.push_back(channels_last_value(g, v));
+  for (int v : n.all_inputs()) operand_cl_.push_back(cuda::channels_last_value(g, v));
   if (const auto* d = std::get_if<DeconvolutionParams>(&n.params))
     deconv_ = std::make_unique<cuda::DeconvolutionKernel>(backend.lt(), n.name, *d);
   if (const auto* e = std::get_if<EinsumParams>(&n.params)) einsum_ = std::make_unique<cuda::EinsumKernel>(backend.lt(), n.name, *e);
