@@ -1,6 +1,8 @@
 // Builder + engine file + CPU runtime, end to end.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -427,6 +429,60 @@ TEST(Engine, EveryFlippedByteIsCorruptAndTruncationToo) {
   std::vector<float> w(4, 1.f);
   auto plain = safetensors::serialize({{"w", safetensors::Dtype::F32, {4}, std::as_bytes(std::span(w))}});
   EXPECT_THROW(Engine::deserialize(plain), CorruptEngineError);
+}
+
+// A plan with a valid digest that says something the runtime cannot honour safely is corrupt:
+// activations outside the arena or off its alignment, a value with no place, an I/O table that
+// binds the wrong value, a fraction where an integer belongs, a float parameter beyond float32
+// (each found by fuzz_engine_plan as undefined behaviour or a crash before these checks).
+TEST(Engine, PlansThatMisplaceMemoryOrBindTheWrongValuesAreCorrupt) {
+  // Two products with a ReLU between them: the first one's result lives in the arena.
+  std::vector<float> w(8 * 8, 0.125f);
+  auto graph = [&](Network& net) {
+    auto* x = net.add_input("x", DataType::kFLOAT, {2, 8});
+    auto* c = net.add_constant({8, 8}, Weights(DataType::kFLOAT, w.data(), 64, nullptr))->get_output(0);
+    auto* h = net.add_matrix_multiply(x, MatrixOperation::kNONE, c, MatrixOperation::kNONE)->get_output(0);
+    h = net.add_activation(h, ActivationType::kRELU)->get_output(0);
+    auto* y = net.add_matrix_multiply(h, MatrixOperation::kNONE, c, MatrixOperation::kNONE)->get_output(0);
+    y->set_name("y");
+    net.mark_output(y);
+  };
+  EngineBuild d;
+  d.inputs["x"] = InputShape::fixed({2, 8});
+  d.settings.device = "cpu";
+  auto bytes = build_serialized_engine(graph, d);
+  plan::Plan p = plan::read_engine(bytes, "test", nullptr);
+  int in_arena = -1;
+  for (std::size_t v = 0; v < p.graph.values.size() && in_arena < 0; ++v)
+    if (p.memory.offsets[v] >= 0) in_arena = static_cast<int>(v);
+  ASSERT_GE(in_arena, 0);
+  using Edit = std::function<void(nlohmann::json&)>;
+  const std::vector<std::pair<std::string, Edit>> edits = {
+      {"not a multiple of 256", [&](nlohmann::json& j) { j["values"][in_arena]["arena_offset"] = 5; }},
+      {"does not fit", [&](nlohmann::json& j) { j["values"][in_arena]["arena_offset"] = 1 << 20; }},
+      {"does not fit", [&](nlohmann::json& j) { j["values"][in_arena]["max_bytes"] = ~std::uint64_t{0}; }},
+      {"has no place in the arena", [&](nlohmann::json& j) { j["values"][in_arena]["arena_offset"] = -1; }},
+      {"has an arena offset it cannot use", [&](nlohmann::json& j) { j["values"][0]["arena_offset"] = 0; }},
+      {"does not match value", [&](nlohmann::json& j) { j["io"][0]["value"] = 1; }},
+      {"does not match value", [&](nlohmann::json& j) { j["io"][0]["type"] = "float16"; }},
+      {"does not list", [&](nlohmann::json& j) { j["io"].erase(j["io"].size() - 1); }},
+      {"needs an integer", [&](nlohmann::json& j) { j["values"][in_arena]["arena_offset"] = 7.7e47; }},
+      {"beyond float32's range", [&](nlohmann::json& j) {
+         for (auto& n : j["nodes"])
+           for (auto& e : n["epilogue"])
+             if (e["params"].contains("alpha")) e["params"]["alpha"] = 1e300;
+         j["nodes"][0]["params"]["alpha"] = 1e300;
+       }},
+  };
+  EXPECT_NO_THROW(Engine::deserialize(plan::write_engine_with(p, [](nlohmann::json&) {})));
+  for (const auto& [what, edit] : edits) {
+    try {
+      Engine::deserialize(plan::write_engine_with(p, edit));
+      ADD_FAILURE() << "accepted a plan that should say: " << what;
+    } catch (const CorruptEngineError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Engine, OtherVersionsAndTargetsAreIncompatible) {

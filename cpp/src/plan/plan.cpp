@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "plugin/registry.h"
@@ -438,6 +440,78 @@ void bind_plugins(graph::Graph& g, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// A plan's numbers are integers except the float parameters below (nlohmann converts a float to
+// an integer type, or a double to float, with a cast: undefined behaviour out of range). The
+// build record is kept as JSON for inspection and never converted.
+void check_numbers(const json& j, std::string_view key) {
+  static constexpr std::array<std::string_view, 6> kFloats = {"alpha", "beta", "blend_factor", "epsilon", "scales",
+                                                               "cubic_coeff"};
+  if (j.is_number_float()) {
+    if (std::find(kFloats.begin(), kFloats.end(), key) == kFloats.end())
+      throw CorruptEngineError("[engine] its plan has a fraction where '" + std::string(key) + "' needs an integer");
+    const double v = j.get<double>();
+    if (!(std::fabs(v) <= static_cast<double>(std::numeric_limits<float>::max())))
+      throw CorruptEngineError("[engine] its plan's '" + std::string(key) + "' is beyond float32's range");
+  } else if (j.is_object()) {
+    for (const auto& [k, v] : j.items())
+      if (k != "build") check_numbers(v, k);
+  } else if (j.is_array()) {
+    for (const auto& v : j) check_numbers(v, key);
+  }
+}
+
+// The I/O table as the builder writes it: the network's inputs, then its outputs, each entry
+// naming its value, with the value's type and dims, and a profile of that rank. Executions bind
+// caller buffers through it and size them from it, so any other table is corrupt.
+template <class Corrupt>
+void check_io(const Plan& plan, const Corrupt& corrupt) {
+  const auto& g = plan.graph;
+  if (plan.io.size() != plan.io_values.size() || plan.io.size() != g.inputs.size() + g.outputs.size())
+    throw corrupt("its I/O table does not list the network's inputs and outputs");
+  for (std::size_t i = 0; i < plan.io.size(); ++i) {
+    const bool input = i < g.inputs.size();
+    const auto& t = plan.io[i];
+    const int v = input ? g.inputs[i] : g.outputs[i - g.inputs.size()];
+    const auto& val = g.values[static_cast<std::size_t>(v)];
+    const int rank = val.desc.dims.rank();
+    if (plan.io_values[i] != v || t.mode != (input ? TensorIOMode::kINPUT : TensorIOMode::kOUTPUT) ||
+        t.type != val.desc.type || !(t.dims == val.desc.dims) || t.min.rank() != rank || t.opt.rank() != rank ||
+        t.max.rank() != rank || (input && !val.is_input) || (!input && !val.is_output))
+      throw corrupt("I/O tensor '" + t.name + "' does not match value '" + val.name + "'");
+  }
+}
+
+// The memory plan as build::plan_memory makes it: exactly the values a node produces that are
+// neither network outputs nor constants have an arena offset, each aligned and with its
+// planned bytes inside the arena. Kernels write those values through these offsets, so a plan
+// that says otherwise is corrupt, not something to run.
+template <class Corrupt>
+void check_memory(const Plan& plan, const Corrupt& corrupt) {
+  const auto& g = plan.graph;
+  if (plan.memory.offsets.size() != g.values.size() || plan.max_bytes.size() != g.values.size())
+    throw corrupt("its memory plan does not cover its values");
+  const std::uint64_t arena = plan.memory.arena_bytes;
+  for (std::size_t v = 0; v < g.values.size(); ++v) {
+    const auto& val = g.values[v];
+    const std::int64_t offset = plan.memory.offsets[v];
+    const bool in_arena = val.producer >= 0 && !val.is_output && !val.constant;
+    if (in_arena != (offset >= 0))
+      throw corrupt("value '" + val.name + "' " + (in_arena ? "has no place in the arena" : "has an arena offset it cannot use"));
+    if (offset < 0) continue;
+    const auto off = static_cast<std::uint64_t>(offset);
+    if (off % build::MemoryPlan::kAlignment != 0)
+      throw corrupt("value '" + val.name + "' has arena offset " + std::to_string(off) + ", not a multiple of " +
+                    std::to_string(build::MemoryPlan::kAlignment));
+    if (off > arena || plan.max_bytes[v] > arena - off)
+      throw corrupt("value '" + val.name + "' (" + std::to_string(plan.max_bytes[v]) + " bytes at offset " +
+                    std::to_string(off) + ") does not fit the " + std::to_string(arena) + "-byte arena");
+  }
+}
+
+}  // namespace
+
 Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std::shared_ptr<const void> owner,
                  bool verify_digest, bool with_plugins) {
   auto corrupt = [&](const std::string& why) -> CorruptEngineError {
@@ -470,6 +544,7 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
   try {
     plan.target = json::parse(get("tensoracle.target"));
     json j = json::parse(get("tensoracle.plan"));
+    check_numbers(j, "plan");
     plan.name = j.at("name").get<std::string>();
     auto& g = plan.graph;
     for (const auto& e : j.at("values")) {
@@ -534,6 +609,8 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
     plan.build = j.at("build");
     if (with_plugins) bind_plugins(g, name);
     graph::verify(g, "load");
+    check_io(plan, corrupt);
+    check_memory(plan, corrupt);
   } catch (const CorruptEngineError&) {
     throw;
   } catch (const PluginLibraryError&) {
