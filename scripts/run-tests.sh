@@ -10,7 +10,7 @@ status=0
 
 # Fuzzing: the seconds are shared by the targets that were built (the safetensors parser, the
 # .pth converter's pickle machine, whole .pth archives, the .npy/.npz readers of `compare`,
-# the cubin reader, the CUDA backend's cuDNN tactics),
+# the cubin reader, the CUDA backend's cuDNN tactics, an engine file's plan document),
 # each with a seed corpus written by a script and a fresh corpus folder.
 fuzz_dir=$build/fuzz/fuzz
 run_fuzzer() {  # name, dictionary, seconds, seed folder
@@ -35,6 +35,7 @@ targets=()  # name:dictionary:seed folder (under $seeds)
 [[ -x $fuzz_dir/fuzz_npy ]] && targets+=("fuzz_npy:cpp/fuzz/npy.dict:npy")
 [[ -x $fuzz_dir/fuzz_cubin ]] && targets+=("fuzz_cubin::cubin")
 [[ -x $fuzz_dir/fuzz_cuda_tactic ]] && targets+=("fuzz_cuda_tactic:cpp/fuzz/cuda_tactic.dict:cuda_tactic")
+[[ -x $fuzz_dir/fuzz_engine_plan ]] && targets+=("fuzz_engine_plan:cpp/fuzz/engine_plan.dict:engine_plan")
 if (( ${#targets[@]} > 0 )); then
   share=$(( seconds / ${#targets[@]} > 0 ? seconds / ${#targets[@]} : 1 ))
   seeds=$(mktemp -d)
@@ -47,6 +48,9 @@ if (( ${#targets[@]} > 0 )); then
   printf '%s' "cuda.convolution.cudnn/t:0/x:1x4x6x7x8/w:8x4x3x3x3/y:1x8x6x7x8/s:1x1x1/d:1x1x1/p:1x1x1/q:1x1x1/a:0/cfg:7/ws:0" >"$seeds/cuda_tactic/3d"
   printf '%s' "cuda.gemm.cublaslt.fp8.epilogue1/algo:$(printf '0%.0s' {1..64})$(printf 'a1%.0s' {1..32})/ws:1048320" >"$seeds/cuda_tactic/gemm"
   printf '%s' "cuda.gemm.cublaslt.epilogue2" >"$seeds/cuda_tactic/gemm-plain"
+  printf '%s' "cuda.convolution.cudnn/t:1/x:64x64x56x56/w:64x64x3x3/y:64x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:0/l:64/o:1/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:131" >"$seeds/cuda_tactic/chained"
+  # the engine plan target's seed is its own network's plan (it must name that network's constants)
+  [[ -x $fuzz_dir/fuzz_engine_plan ]] && TENSORACLE_FUZZ_WRITE_SEEDS="$seeds/engine_plan" "$fuzz_dir/fuzz_engine_plan" -runs=0 >/dev/null 2>&1
   for t in "${targets[@]}"; do
     IFS=: read -r name dict folder <<<"$t"
     run_fuzzer "$name" "$dict" "$share" "$seeds/$folder"

@@ -4,7 +4,8 @@
 // function writes for what was read (checked, trapping otherwise), with every invariant the
 // backend relies on: for convolutions 4-D or 5-D tensors of positive dims, matching spatial
 // fields, a known float type, a configuration that parses, a channels-last count that holds
-// the channels, and same_cudnn_problem() safe on what was read; for matrix multiplies a known
+// the channels, a channels-last output never on a bias written first, and same_cudnn_problem()
+// safe on what was read; for matrix multiplies a known
 // base and hex digits for the algorithm.
 #include <cstddef>
 #include <cstdint>
