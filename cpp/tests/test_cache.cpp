@@ -318,6 +318,17 @@ TEST(CacheMemo, DamagedMemoFilesCountAsEmptyAndAreReplaced) {
     auto j = nlohmann::json::parse(std::ifstream(memo));
     EXPECT_TRUE(j["files"].contains(real)) << "the memo is rewritten whole";
   }
+  // The real file's entry with a fraction where an integer belongs (even a whole one): damage,
+  // not a cast.
+  for (const char* key : {"size", "mtime_ns", "recorded_ns"}) {
+    auto j = nlohmann::json::parse(std::ifstream(memo));
+    auto& field = j["files"][real][key];
+    field = static_cast<double>(field.get<std::int64_t>()) + 0.5;
+    std::ofstream(memo, std::ios::binary | std::ios::trunc) << j.dump();
+    auto w0 = hashed();
+    EXPECT_FALSE(m.open().built) << key;
+    EXPECT_EQ(hashed() - w0, 1u) << key << ": a fraction is no record";
+  }
   // A record whose digest was tampered with is believed (the memo is trusted like a cache
   // index): shown here to prove that warm opens use it instead of reading the file.
   settle();
@@ -703,6 +714,18 @@ TEST(CacheCorruption, MissingOrDamagedRecordMeansACheckInFull) {
     EXPECT_FALSE(m.open().built);
     EXPECT_EQ(engine_checks() - e0, 1u);
     EXPECT_TRUE(cache::read_record(p.record)) << "rewritten";
+  }
+  // A record with a fraction where an integer belongs is damaged too.
+  for (const char* key : {"created_ns", "inode"}) {
+    auto j = nlohmann::json::parse(std::ifstream(p.record));
+    auto& field = std::string(key) == "inode" ? j["verified"][key] : j[key];
+    field = 1e300;
+    std::ofstream(p.record, std::ios::trunc) << j.dump();
+    EXPECT_FALSE(cache::read_record(p.record)) << key;
+    auto e0 = engine_checks();
+    EXPECT_FALSE(m.open().built);
+    EXPECT_EQ(engine_checks() - e0, 1u) << key;
+    EXPECT_TRUE(cache::read_record(p.record)) << key << ": rewritten";
   }
 }
 

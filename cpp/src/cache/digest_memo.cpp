@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cache/lock.h"
+#include "cache/store.h"
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
 #include "tensoracle/cache.h"
@@ -54,13 +55,9 @@ std::map<std::string, DigestMemo::Record> read_memo(const std::filesystem::path&
   for (const auto& [path, e] : files->items()) {
     try {
       DigestMemo::Record r;
-      r.stat.size = e.at("size").get<std::uint64_t>();
-      r.stat.mtime_ns = e.at("mtime_ns").get<std::int64_t>();
-      r.stat.ctime_ns = e.at("ctime_ns").get<std::int64_t>();
-      r.stat.inode = e.at("inode").get<std::uint64_t>();
-      r.stat.device = e.at("device").get<std::uint64_t>();
+      r.stat = stat_of(e);
       r.digest = e.at("digest").get<std::string>();
-      r.recorded_ns = e.at("recorded_ns").get<std::int64_t>();
+      r.recorded_ns = integer_field<std::int64_t>(e, "recorded_ns");
       if (r.digest.rfind("xxh3-128:", 0) != 0 || r.digest.size() != 9 + 32) continue;
       out[path] = r;
     } catch (const std::exception&) {

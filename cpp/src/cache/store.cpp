@@ -62,16 +62,6 @@ json stat_json(const core::FileStat& s) {
   return {{"size", s.size}, {"mtime_ns", s.mtime_ns}, {"ctime_ns", s.ctime_ns}, {"inode", s.inode}, {"device", s.device}};
 }
 
-core::FileStat stat_of(const json& j) {
-  core::FileStat s;
-  s.size = j.at("size").get<std::uint64_t>();
-  s.mtime_ns = j.at("mtime_ns").get<std::int64_t>();
-  s.ctime_ns = j.at("ctime_ns").get<std::int64_t>();
-  s.inode = j.at("inode").get<std::uint64_t>();
-  s.device = j.at("device").get<std::uint64_t>();
-  return s;
-}
-
 std::string file_name_part(const std::string& name) {
   std::string out;
   for (char c : name) {
@@ -92,6 +82,16 @@ EntryPaths entry_paths_of_base(const std::filesystem::path& dir, const std::stri
   return {base, dir / (base + ".engine"), dir / (base + ".json"), dir / (base + ".lock")};
 }
 
+core::FileStat stat_of(const json& j) {
+  core::FileStat s;
+  s.size = integer_field<std::uint64_t>(j, "size");
+  s.mtime_ns = integer_field<std::int64_t>(j, "mtime_ns");
+  s.ctime_ns = integer_field<std::int64_t>(j, "ctime_ns");
+  s.inode = integer_field<std::uint64_t>(j, "inode");
+  s.device = integer_field<std::uint64_t>(j, "device");
+  return s;
+}
+
 EntryPaths entry_paths(const std::filesystem::path& dir, const std::string& name, const std::string& identity) {
   return entry_paths_of_base(dir, file_name_part(name) + "-" + identity);
 }
@@ -110,9 +110,9 @@ std::optional<Record> read_record(const std::filesystem::path& path) {
     r.identity = j.at("identity").get<std::string>();
     r.identity_text = j.at("identity_text");
     r.device = j.at("device").get<std::string>();
-    r.created_ns = j.at("created_ns").get<std::int64_t>();
+    r.created_ns = integer_field<std::int64_t>(j, "created_ns");
     r.verified = stat_of(j.at("verified"));
-    r.verified_ns = j.at("verified").at("recorded_ns").get<std::int64_t>();
+    r.verified_ns = integer_field<std::int64_t>(j.at("verified"), "recorded_ns");
     return r;
   } catch (const std::exception&) {
     return std::nullopt;

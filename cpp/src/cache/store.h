@@ -17,11 +17,24 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "core/file_stat.h"
 
 namespace tensoracle::cache {
+
+// An integer field of a cache file (a record, the digest memo). A fraction is damage: nlohmann
+// would cast it, undefined beyond the type's range. Throws std::exception for a missing or
+// non-integer field; the readers treat that as no record.
+template <class T>
+T integer_field(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_number_integer()) throw std::invalid_argument(std::string("cache field '") + key + "' is not an integer");
+  return v.get<T>();
+}
+// A file's stat as the cache files store it ({size, mtime_ns, ctime_ns, inode, device}).
+core::FileStat stat_of(const nlohmann::json& j);
 
 struct EntryPaths {
   std::string base;                // "<name>-<identity>"
