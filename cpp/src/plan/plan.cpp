@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 
 #include "plugin/registry.h"
 #include "tensoracle/errors.h"
@@ -438,9 +438,6 @@ void bind_plugins(graph::Graph& g, const std::string& name) {
   }
 }
 
-}  // namespace
-
-namespace {
 
 // A plan's numbers are integers except the float parameters below (nlohmann converts a float to
 // an integer type, or a double to float, with a cast: undefined behaviour out of range). The
