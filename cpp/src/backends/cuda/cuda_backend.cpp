@@ -542,8 +542,9 @@ class CudaBackend final : public Backend {
     const bool out_cl = !nhwc_configs.empty() && q.scratch_limit == kNoScratchLimit && cuda::chain_output(g, n, *shape, in, main);
     if (layout == "nhwc" && !nhwc_configs.empty())
       return cuda::format_cudnn_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace, out_cl});
-    if (level < 2 && !x_cl)
-      return depthwise ? base : cuda::format_cudnn_tactic({*shape, configs[0].config, configs[0].workspace});
+    // Below level 2 a channels-last output only comes from the environment's nhwc (above), and
+    // a channels-last x changes nothing in the tactic: cuDNN's first choice, untimed.
+    if (level < 2) return depthwise ? base : cuda::format_cudnn_tactic({*shape, configs[0].config, configs[0].workspace});
 
     // Candidates: [cuDNN's first, ours, cuDNN's others] (ours first for depthwise), then the
     // channels-last ones; only those for a channels-last output.
@@ -575,7 +576,6 @@ class CudaBackend final : public Backend {
       if (!depthwise && configs.size() == 1) add(nullptr, *shape, false);
       for (const auto& c : nhwc_configs) add(&c, nhwc, false);
     }
-    if (level < 2) return names.front();
     std::vector<void*> owned;
     std::uint64_t seed = 0x9e3779b97f4a7c15ull;
     auto scratch = [&](const graph::TensorDesc& d) {
