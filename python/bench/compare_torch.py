@@ -13,6 +13,8 @@ Workloads (PERFORMANCE.md's peers):
            the model with its BatchNorms), batch 64 at 224 x 224, float32 and float16
   minilm   examples/minilm.py's encoder (6 layers, hidden 384, 12 heads) with mean pooling,
            batch 32 x 128 tokens (some sequences padded), float32 and float16
+  reduce   few outputs over many elements, float32: the sum of 16 M elements ("sum"), the mean
+           over the first axis of 262144 x 64 ("colmean")
 
 For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
 `--iterations` back-to-back launches) for: tensoracle (enqueue on a stream: eager the first
@@ -203,7 +205,7 @@ def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None, ou
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm"]
+    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm", "reduce"]
     p.add_argument("--only", choices=workloads, action="append")
     p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
                    help="mlp types (resnet18 and minilm: float32 and float16 among them); float8: fp8 Q/DQ around "
@@ -296,6 +298,18 @@ def main() -> int:
                     measure("minilm", dtype, lambda inputs, level, g=graph: network_engine(g, inputs, level),
                             {"input_ids": ids, "attention_mask": mask}, lambda: model(ids_long, mask), args, results,
                             out="embedding")
+    if "reduce" in only:
+        for name, shape, op, axes, fn in [("sum", (1 << 24,), trt.ReduceOperation.SUM, 1, lambda t: t.sum()),
+                                          ("colmean", (1 << 18, 64), trt.ReduceOperation.AVG, 1, lambda t: t.mean(0))]:
+            x = torch.randn(*shape, device="cuda")
+
+            def graph(net, shape=shape, op=op, axes=axes):
+                y = net.add_reduce(net.add_input("x", trt.float32, shape), op, axes, False).get_output(0)
+                y.name = "y"
+                net.mark_output(y)
+
+            measure(name, torch.float32, lambda inputs, level, g=graph: network_engine(g, inputs, level), x,
+                    lambda x=x, fn=fn: fn(x), args, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit,

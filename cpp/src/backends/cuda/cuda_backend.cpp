@@ -48,6 +48,9 @@ constexpr std::size_t kAlign = 256;
 // How much faster than cuBLASLt's first choice a timed GEMM candidate must be to replace it
 // (tuning.h).
 constexpr double kTunedMargin = 0.02;
+// A reduce whose few outputs each cover many elements, split over blocks (kernels.h, reduce);
+// "cuda.reduce" (and engines from before it) reduce each output with one team.
+constexpr const char* kReduceSplitTactic = "cuda.reduce.split";
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 std::size_t bytes_of(const graph::TensorDesc& d) {
@@ -216,6 +219,7 @@ class CudaNodeKernel final : public NodeKernel {
       for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
       return einsum_->workspace_bytes(refs, o);
     }
+    if (reduce_split_) return cuda::reduce_split_workspace_bytes();
     if (const auto* p = std::get_if<PluginParams>(&node_.params)) {
       std::size_t bytes = 0;
       with_prefix("[cuda] layer '" + node_.name + "': ", [&] {
@@ -287,6 +291,7 @@ class CudaNodeKernel final : public NodeKernel {
   // epilogue passes keep it, and of each of node_.all_inputs().
   bool out_cl_ = false;
   std::vector<bool> operand_cl_;
+  bool reduce_split_ = false;  // tactic cuda.reduce.split: reduce() gets its partials' scratch
 };
 
 class CudaBackend final : public Backend {
@@ -377,6 +382,13 @@ class CudaBackend final : public Backend {
   std::string choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const override {
     std::string base = tactics(g, n).front();
     if (const auto* cp = std::get_if<ConvolutionParams>(&n.params)) return choose_convolution(g, n, *cp, q);
+    if (const auto* rp = std::get_if<ReduceParams>(&n.params)) {
+      // Few outputs over many elements at the opt or max shapes: split over blocks, when the
+      // partials' scratch fits the workspace limit (at other shapes reduce() decides again).
+      if (!cuda::reduce_splits(*rp, q.inputs[0].dims) && !cuda::reduce_splits(*rp, q.max_inputs[0].dims)) return base;
+      if (q.scratch_limit != kNoScratchLimit && node_scratch(g, n, kReduceSplitTactic, q) > q.scratch_limit) return base;
+      return kReduceSplitTactic;
+    }
     const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
     if (!mm) return base;
     cuda::GemmTactic tactic{base, {}, std::nullopt};
@@ -765,6 +777,11 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
     conv_->set_layouts(cuda::channels_last_value(g, n.inputs[0]), out_cl_);
   }
   for (int v : n.all_inputs()) operand_cl_.push_back(cuda::channels_last_value(g, v));
+  if (std::holds_alternative<ReduceParams>(n.params)) {
+    if (n.tactic == kReduceSplitTactic) reduce_split_ = true;
+    else if (!n.tactic.empty() && n.tactic != "cuda.reduce")
+      throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a reduce's (malformed engine)");
+  }
   if (const auto* d = std::get_if<DeconvolutionParams>(&n.params))
     deconv_ = std::make_unique<cuda::DeconvolutionKernel>(backend.lt(), n.name, *d);
   if (const auto* e = std::get_if<EinsumParams>(&n.params)) einsum_ = std::make_unique<cuda::EinsumKernel>(backend.lt(), n.name, *e);
@@ -891,7 +908,7 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
         } else if constexpr (std::is_same_v<P, UnaryParams>) {
           cuda::unary(p.op, ref(in[0]), ref(out), s);
         } else if constexpr (std::is_same_v<P, ReduceParams>) {
-          cuda::reduce(p, ref(in[0]), ref(out), s);
+          cuda::reduce(p, ref(in[0]), ref(out), s, reduce_split_ ? ws : nullptr);
         } else if constexpr (std::is_same_v<P, SoftmaxParams>) {
           cuda::softmax(graph::softmax_axis(p, in[0].dims.rank()), ref(in[0]), ref(out), s);
         } else if constexpr (std::is_same_v<P, NormalizationParams>) {

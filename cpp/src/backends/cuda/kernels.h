@@ -94,7 +94,14 @@ void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cud
 void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 
 // ---- kernels_reduce.cu -------------------------------------------------------------------
-void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+// `workspace`: nullptr, or reduce_split_workspace_bytes() of scratch (256-byte aligned); with
+// it, few outputs over many elements (reduce_splits) are reduced by many blocks in two passes
+// (a full reduction: one block otherwise).
+void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream,
+            void* workspace = nullptr);
+std::size_t reduce_split_workspace_bytes();
+// Whether reduce() splits reducing an input of these dims (given the workspace).
+bool reduce_splits(const ReduceParams& p, const Dims& x);
 // Softmax along `axis` (0 <= axis < rank), max-subtracted.
 void softmax(int axis, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,

@@ -320,25 +320,43 @@ __device__ inline void strided(i64 begin, i64 end, i64 step, F&& f) {
   for (; i < end; i += step) f(i);
 }
 
-// Calls f(offset) for this thread's share of output o's reduced elements.
+// The positions the team's threads stride over for one output (for_each_reduced_range's lo
+// and hi count them): ColumnTeam the reduced rows; the others the reduced elements of a
+// contiguous row (nr == 0), whole rows when each keeps the team busy, else the flat reduced
+// positions. `team_size`: Team::size().
+__host__ __device__ inline i64 walk_of(const Plan& p, bool columns, int team_size) {
+  if (columns) return p.rcount;
+  if (p.nr == 0) return p.rin;
+  return p.rin >= team_size ? p.rcount : p.count;
+}
+
+// Calls f(offset) for this thread's share of output o's reduced elements whose walk positions
+// (walk_of) lie in [lo, hi), in the team's order.
 template <class Team, class F>
-__device__ inline void for_each_reduced(const Plan& p, i64 o, F&& f) {
+__device__ inline void for_each_reduced_range(const Plan& p, i64 o, i64 lo, i64 hi, F&& f) {
   const i64 base = base_of(p, o);
   if constexpr (Team::kColumns) {  // rin == 1 here
-    for (i64 r = threadIdx.y; r < p.rcount; r += blockDim.y) f(base + group_offset(r, p.nr, p.rs, p.rst));
+    for (i64 r = lo + threadIdx.y; r < hi; r += blockDim.y) f(base + group_offset(r, p.nr, p.rs, p.rst));
   } else {
     const int rank = Team::rank(), size = Team::size();
     if (p.nr == 0) {
-      strided(rank, p.rin, size, [&](i64 i) { f(base + i); });
+      strided(lo + rank, hi, size, [&](i64 i) { f(base + i); });
     } else if (p.rin >= size) {  // rows long enough to keep the team busy
-      for (i64 r = 0; r < p.rcount; ++r) {
+      for (i64 r = lo; r < hi; ++r) {
         const i64 row = base + group_offset(r, p.nr, p.rs, p.rst);
         for (i64 i = rank; i < p.rin; i += size) f(row + i);
       }
     } else {  // short rows: the team walks the flat reduced positions
-      for (i64 t = rank; t < p.count; t += size) f(base + group_offset(t / p.rin, p.nr, p.rs, p.rst) + t % p.rin);
+      for (i64 t = lo + rank; t < hi; t += size) f(base + group_offset(t / p.rin, p.nr, p.rs, p.rst) + t % p.rin);
     }
   }
+}
+
+// Calls f(offset) for this thread's share of output o's reduced elements.
+template <class Team, class F>
+__device__ inline void for_each_reduced(const Plan& p, i64 o, F&& f) {
+  if constexpr (Team::kColumns) for_each_reduced_range<Team>(p, o, 0, p.rcount, f);
+  else for_each_reduced_range<Team>(p, o, 0, walk_of(p, false, Team::size()), f);
 }
 
 // Rows of at most Team::size() * kCache contiguous elements (a softmax or a LayerNorm over the
@@ -462,8 +480,72 @@ __global__ void reduce_empty_kernel(typename Rd::T* out, i64 n) {
     out[i] = v;
 }
 
+// Few outputs over many elements: each output's walk (walk_of) is cut into `splits` chunks,
+// one block each, which write their partial results to the workspace; a second kernel
+// combines each output's partials in chunk order and finishes it. Deterministic, like the
+// one-team path (a sum is only grouped differently: it may differ in the last bit of the
+// double before the one rounding to the output type).
+constexpr i64 kSplitBlocks = 512;         // blocks to aim for (units x chunks)
+constexpr i64 kSplitMinElements = 16384;  // elements per block at least
+constexpr i64 kSplitMaxUnits = kSplitBlocks / 4;
+constexpr int kSplitColumnRows = 16;
+
+struct Split {
+  bool columns = false;
+  i64 units = 0, walk = 0, splits = 1, chunk = 0;
+};
+
+// Whether (and how) a plan splits; splits == 1: it does not.
+Split split_of(const Plan& p) {
+  Split s;
+  s.columns = p.kin >= 32;
+  s.units = s.columns ? (p.nout / p.kin) * ((p.kin + 31) / 32) : p.nout;
+  s.walk = walk_of(p, s.columns, kMaxBlock);
+  if (s.units > kSplitMaxUnits || s.walk < 2) return s;
+  // elements a unit reduces: a column chunk holds up to 32 outputs
+  const i64 per_unit = s.columns ? p.rcount * std::min<i64>(p.kin, 32) : p.count;
+  const i64 by_work = per_unit / kSplitMinElements, by_blocks = (kSplitBlocks + s.units - 1) / s.units;
+  const i64 want = std::min({by_work, by_blocks, s.walk});
+  if (want < 2) return s;
+  s.chunk = (s.walk + want - 1) / want;
+  s.splits = (s.walk + s.chunk - 1) / s.chunk;
+  return s;
+}
+
+template <class Team, class Rd>
+__global__ void __launch_bounds__(kMaxBlock) reduce_split_kernel(Plan p, const typename Rd::T* __restrict__ x,
+                                                                 typename Rd::A* __restrict__ partial, i64 splits,
+                                                                 i64 chunk, i64 walk) {
+  using A = typename Rd::A;
+  __shared__ alignas(8) unsigned char scratch_raw[kScratch * 8];
+  A* scratch = reinterpret_cast<A*>(scratch_raw);
+  const i64 work = units_of<Team>(p) * splits;
+  for (i64 w = blockIdx.x; w < work; w += gridDim.x) {  // uniform over the block
+    const i64 u = w / splits, j = w % splits;
+    i64 o;
+    const bool active = output_of<Team>(p, u, o);
+    const i64 lo = j * chunk, hi = lo + chunk < walk ? lo + chunk : walk;
+    A a = Rd::init();
+    if (active) for_each_reduced_range<Team>(p, o, lo, hi, [&](i64 off) { a = Rd::add(a, x[off]); });
+    a = Team::reduce(a, Combine<Rd>{}, scratch);
+    if (active && Team::leader()) partial[o * splits + j] = a;
+  }
+}
+
 template <class Rd>
-void run_reduce(const Plan* plan, const TensorRef& x, const TensorRef& out, i64 no, cudaStream_t stream) {
+__global__ void reduce_combine_kernel(const typename Rd::A* __restrict__ partial, typename Rd::T* __restrict__ out,
+                                      i64 nout, i64 splits, i64 count) {
+  for (i64 o = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; o < nout;
+       o += static_cast<i64>(gridDim.x) * blockDim.x) {
+    typename Rd::A a = partial[o * splits];
+    for (i64 j = 1; j < splits; ++j) a = Rd::combine(a, partial[o * splits + j]);
+    out[o] = Rd::finish(a, count);
+  }
+}
+
+template <class Rd>
+void run_reduce(const Plan* plan, const TensorRef& x, const TensorRef& out, i64 no, void* workspace,
+                cudaStream_t stream) {
   using T = typename Rd::T;
   if (no == 0) return;
   auto* o = static_cast<T*>(out.data);
@@ -473,6 +555,24 @@ void run_reduce(const Plan* plan, const TensorRef& x, const TensorRef& out, i64 
     return;
   }
   const auto* xp = static_cast<const T*>(x.data);
+  if (workspace != nullptr) {
+    const Split sp = split_of(*plan);
+    if (sp.splits > 1) {
+      static_assert(sizeof(typename Rd::A) <= 8, "partials of at most 8 bytes (reduce_split_workspace_bytes)");
+      auto* partial = static_cast<typename Rd::A*>(workspace);
+      const dim3 grid(static_cast<unsigned>(std::min<i64>(sp.units * sp.splits, 65535 * 8)));
+      if (sp.columns)
+        reduce_split_kernel<ColumnTeam, Rd><<<grid, dim3(32, kSplitColumnRows), 0, stream>>>(*plan, xp, partial, sp.splits,
+                                                                                             sp.chunk, sp.walk);
+      else
+        reduce_split_kernel<RowTeam, Rd><<<grid, dim3(kMaxBlock, 1), 0, stream>>>(*plan, xp, partial, sp.splits, sp.chunk,
+                                                                                 sp.walk);
+      dev::check_launch("reduce (split)");
+      reduce_combine_kernel<Rd><<<dev::blocks_for(no), dev::kThreads, 0, stream>>>(partial, o, no, sp.splits, plan->count);
+      dev::check_launch("reduce (combine)");
+      return;
+    }
+  }
   launch_teams(*plan, [&](auto team, dim3 grid, dim3 block) {
     reduce_kernel<decltype(team), Rd><<<grid, block, 0, stream>>>(*plan, xp, o);
   });
@@ -917,7 +1017,24 @@ void run_topk(const TensorRef& x, const TensorRef& out, i64 slices, i64 n, i64 i
 
 // ---- entry points -----------------------------------------------------------------------
 
-void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
+std::size_t reduce_split_workspace_bytes() {
+  // partials: nout * splits <= 32 * units * ceil(kSplitBlocks / units) <= 32 * (kSplitMaxUnits + kSplitBlocks)
+  return static_cast<std::size_t>(32 * (kSplitMaxUnits + kSplitBlocks) * 8);
+}
+
+bool reduce_splits(const ReduceParams& p, const Dims& x) {
+  const int rank = x.rank();
+  if (rank > Dims::kMaxRank || !x.all_known() || x.volume() <= 0) return false;
+  i64 dims[Dims::kMaxRank];
+  bool red[Dims::kMaxRank];
+  for (int i = 0; i < rank; ++i) {
+    dims[i] = x[i];
+    red[i] = rank < 32 && ((p.axes >> i) & 1u);
+  }
+  return split_of(make_plan(rank, dims, red)).splits > 1;
+}
+
+void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream, void* workspace) {
   const i64 nx = checked_volume(x, "reduce", "the input");
   const i64 no = checked_volume(out, "reduce", "the output");
   const int rank = x.dims.rank();
@@ -945,21 +1062,21 @@ void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cud
   auto run_float = [&](auto tag) {
     using Tag = decltype(tag);
     switch (p.op) {
-      case R::kSUM: run_reduce<FSum<Tag>>(pp, x, out, no, stream); break;
-      case R::kPROD: run_reduce<FProd<Tag>>(pp, x, out, no, stream); break;
-      case R::kMAX: run_reduce<FExt<Tag, true>>(pp, x, out, no, stream); break;
-      case R::kMIN: run_reduce<FExt<Tag, false>>(pp, x, out, no, stream); break;
-      case R::kAVG: run_reduce<FAvg<Tag>>(pp, x, out, no, stream); break;
+      case R::kSUM: run_reduce<FSum<Tag>>(pp, x, out, no, workspace, stream); break;
+      case R::kPROD: run_reduce<FProd<Tag>>(pp, x, out, no, workspace, stream); break;
+      case R::kMAX: run_reduce<FExt<Tag, true>>(pp, x, out, no, workspace, stream); break;
+      case R::kMIN: run_reduce<FExt<Tag, false>>(pp, x, out, no, workspace, stream); break;
+      case R::kAVG: run_reduce<FAvg<Tag>>(pp, x, out, no, workspace, stream); break;
       default: fail("reduce: unknown operation " + std::to_string(static_cast<int>(p.op)));
     }
   };
   auto run_int = [&](auto zero) {
     using I = decltype(zero);
     switch (p.op) {
-      case R::kSUM: run_reduce<IArith<I, false>>(pp, x, out, no, stream); break;
-      case R::kPROD: run_reduce<IArith<I, true>>(pp, x, out, no, stream); break;
-      case R::kMAX: run_reduce<IExt<I, true>>(pp, x, out, no, stream); break;
-      case R::kMIN: run_reduce<IExt<I, false>>(pp, x, out, no, stream); break;
+      case R::kSUM: run_reduce<IArith<I, false>>(pp, x, out, no, workspace, stream); break;
+      case R::kPROD: run_reduce<IArith<I, true>>(pp, x, out, no, workspace, stream); break;
+      case R::kMAX: run_reduce<IExt<I, true>>(pp, x, out, no, workspace, stream); break;
+      case R::kMIN: run_reduce<IExt<I, false>>(pp, x, out, no, workspace, stream); break;
       default: fail(std::string("reduce: ") + reduce_name(p.op) + " does not take " + tn(x.type));
     }
   };
