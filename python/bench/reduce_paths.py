@@ -11,12 +11,17 @@ float32.
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 
 import torch
 
-import tensoracle
-import tensoracle.trt as trt
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_torch import cuda_time  # noqa: E402
+
+import tensoracle  # noqa: E402
+import tensoracle.trt as trt  # noqa: E402
 
 
 def engine(shape, op, axes, limit):
@@ -31,19 +36,9 @@ def engine(shape, op, axes, limit):
     return tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
 
 
-def timed(fn, stream, iterations=20, rounds=7):
-    """Microseconds per call: the median over rounds of back-to-back calls on `stream`."""
-    out = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream):
-            a.record(stream)
-            for _ in range(iterations):
-                fn()
-            b.record(stream)
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / iterations)
-    return statistics.median(out)
+def timed(fn, stream):
+    """Microseconds per call: the median of 7 rounds of 20 back-to-back calls on `stream`."""
+    return statistics.median(cuda_time(fn, 20, 7, stream)) * 1e6
 
 
 def main() -> None:
