@@ -438,7 +438,6 @@ void bind_plugins(graph::Graph& g, const std::string& name) {
   }
 }
 
-
 // A plan's numbers are integers except the float parameters below (nlohmann converts a float to
 // an integer type, or a double to float, with a cast: undefined behaviour out of range). The
 // build record is kept as JSON for inspection and never converted.
