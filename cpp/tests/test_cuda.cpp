@@ -836,6 +836,228 @@ TEST(Cuda, ChannelsLastValuesBetweenConvolutionsMatchTheCpuBackend) {
   }
 }
 
+// Poolings reading a convolution's channels-last output (every window path: max, average with
+// and without the padding counted, blend, a window over the whole image; 2-D and 1-D; a packed
+// output and, read by a convolution, a channels-last one) give the CPU's values bit for bit.
+// The convolutions' values are small integers, exact in float16 and bfloat16 on both backends,
+// so any difference is the pooling's.
+TEST(Cuda, PoolingsOfChannelsLastValuesMatchTheCpuBackendExactly) {
+  struct Pool {
+    PoolingType type;
+    Dims window, stride, pre, post;
+    bool exclude;
+    float blend;
+    const char* name;
+  };
+  auto ints = [](std::size_t n, int lo, int hi, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& e : v) e = static_cast<float>(d(rng));
+    return v;
+  };
+  for (DataType t : {DataType::kHALF, DataType::kBF16}) {
+    auto narrow = [&](const std::vector<float>& v) {
+      std::vector<std::uint16_t> h(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
+      return h;
+    };
+    for (int rank : {2, 1}) {
+      const Dims xd = rank == 2 ? Dims{2, 16, 13, 11} : Dims{2, 16, 29};
+      const Dims window = rank == 2 ? Dims{3, 3} : Dims{3}, pad = rank == 2 ? Dims{1, 1} : Dims{1};
+      // Data in [-1, 1], kernel in {-1, 0, 1}, bias in [-4, 4]: every value an integer below 160.
+      const auto x = narrow(ints(static_cast<std::size_t>(xd.volume()), -1, 1, 601));
+      const auto w = narrow(ints(static_cast<std::size_t>(16 * 16 * (rank == 2 ? 9 : 3)), -1, 1, 602));
+      const auto bias = narrow(ints(16, -4, 4, 603));
+      std::vector<float> eye(16 * 16, 0.f);
+      for (int k = 0; k < 16; ++k) eye[static_cast<std::size_t>(k * 16 + k)] = 1.f;
+      const auto identity = narrow(eye);
+      const std::vector<Pool> pools =
+          rank == 2 ? std::vector<Pool>{{PoolingType::kMAX, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, 0.f, "max"},
+                                        {PoolingType::kAVERAGE, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, 0.f, "average"},
+                                        {PoolingType::kAVERAGE, {2, 2}, {2, 2}, {1, 0}, {1, 1}, false, 0.f, "average_padded"},
+                                        {PoolingType::kMAX_AVERAGE_BLEND, {3, 2}, {1, 2}, {0, 1}, {0, 1}, true, 0.25f, "blend"},
+                                        {PoolingType::kAVERAGE, {13, 11}, {1, 1}, {0, 0}, {0, 0}, true, 0.f, "global"}}
+                    : std::vector<Pool>{{PoolingType::kMAX, {3}, {2}, {1}, {1}, true, 0.f, "max"},
+                                        {PoolingType::kAVERAGE, {4}, {3}, {2}, {2}, false, 0.f, "average_padded"},
+                                        {PoolingType::kMAX_AVERAGE_BLEND, {5}, {2}, {0}, {0}, true, 0.5f, "blend"}};
+      auto graph = [&](Network& net) {
+        auto* in = net.add_input("x", t, xd);
+        auto* c = net.add_convolution_nd(in, 16, window, Weights(t, w.data(), static_cast<std::int64_t>(w.size()), nullptr),
+                                         Weights(t, bias.data(), 16, nullptr));
+        ConvolutionParams cp = c->get();
+        cp.pre_padding = cp.post_padding = pad;
+        c->set(cp);
+        for (const auto& pool : pools) {
+          auto* l = net.add_pooling_nd(c->get_output(0), pool.type, pool.window);
+          PoolingParams q = l->get();
+          q.stride = pool.stride;
+          q.pre_padding = pool.pre;
+          q.post_padding = pool.post;
+          q.average_count_excludes_padding = pool.exclude;
+          q.blend_factor = pool.blend;
+          l->set(q);
+          l->set_name(pool.name);
+          l->get_output(0)->set_name(pool.name);
+          net.mark_output(l->get_output(0));
+        }
+        // The first pooling again, read by an identity 1 x 1 convolution: it stores its output
+        // channels-last, which the convolution reads in place (exact: one tap of weight 1).
+        const Pool& first = pools.front();
+        auto* l = net.add_pooling_nd(c->get_output(0), first.type, first.window);
+        PoolingParams q = l->get();
+        q.stride = first.stride;
+        q.pre_padding = first.pre;
+        q.post_padding = first.post;
+        l->set(q);
+        l->set_name("chained_pool");
+        auto* id = net.add_convolution_nd(l->get_output(0), 16, rank == 2 ? Dims{1, 1} : Dims{1},
+                                          Weights(t, identity.data(), static_cast<std::int64_t>(identity.size()), nullptr),
+                                          Weights{});
+        id->get_output(0)->set_name("chained");
+        net.mark_output(id->get_output(0));
+      };
+      auto build = [&](const char* device) {
+        EngineBuild d;
+        d.inputs["x"] = InputShape::fixed(xd);
+        d.settings.device = device;
+        d.settings.optimization_level = 3;
+        return build_serialized_engine(graph, d);
+      };
+      auto run = [&](const std::vector<std::byte>& bytes) { return Engine::deserialize(bytes).create_execution().run({{"x", {t, xd, x.data()}}}); };
+      const std::string what = std::string(t == DataType::kHALF ? "float16" : "bfloat16") + " rank " + std::to_string(rank);
+      const auto bytes = build("cuda:0");
+      Engine e = Engine::deserialize(bytes);
+      if (nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
+      const auto layers = e.layers();
+      ASSERT_EQ(layers.size(), pools.size() + 3) << what;
+      EXPECT_NE(layers[0].tactic.find("/o:1/"), std::string::npos) << what << ": " << layers[0].tactic;
+      for (const auto& l : layers) {
+        if (l.type != "pooling") continue;  // the network's outputs packed, the chained one not
+        EXPECT_EQ(l.tactic, l.name == "chained_pool" ? "cuda.pooling/o:1" : "cuda.pooling") << what << " " << l.name;
+      }
+      const auto ref = run(build("cpu"));
+      const auto got = run(bytes);
+      std::vector<std::string> names{"chained"};
+      for (const auto& pool : pools) names.push_back(pool.name);
+      for (const auto& name : names) {
+        const auto& a = ref.at(name);
+        const auto& b = got.at(name);
+        ASSERT_EQ(a.dims, b.dims) << what << " " << name;
+        const auto* pa = reinterpret_cast<const std::uint16_t*>(a.data.get());
+        const auto* pb = reinterpret_cast<const std::uint16_t*>(b.data.get());
+        std::size_t differ = 0, first = 0;
+        for (std::size_t i = static_cast<std::size_t>(a.dims.volume()); i-- > 0;)
+          if (pa[i] != pb[i]) ++differ, first = i;
+        EXPECT_EQ(differ, 0u) << what << " " << name << ": first at " << first << " (cpu " << pa[first] << ", cuda "
+                              << pb[first] << ")";
+      }
+    }
+  }
+}
+
+// A max-pool between channels-last convolutions (ResNet's stem, max-pool and first block) keeps
+// the layout: the stem, the pool and the block's convolutions store their outputs channels-last,
+// the pool's output read in place as data and as the block's residual; the average pool at the
+// end reads a channels-last value into a packed output. The loader refuses a pooling tactic that
+// stores a network output channels-last or that it does not know.
+TEST(Cuda, AMaxPoolBetweenChannelsLastConvolutionsMatchesTheCpuBackend) {
+  const Dims xd{2, 8, 20, 20};
+  for (DataType t : {DataType::kHALF, DataType::kBF16}) {
+    auto narrow = [&](const std::vector<float>& v) {
+      std::vector<std::uint16_t> h(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
+      return h;
+    };
+    std::vector<std::vector<std::uint16_t>> weights;
+    int seed = 700;
+    auto conv = [&](Network& net, Tensor* in, int cin, int k, int size, int stride) {
+      weights.push_back(narrow(uniform(static_cast<std::size_t>(k * cin * size * size), -0.25f, 0.25f, ++seed)));
+      const auto& w = weights.back();
+      weights.push_back(narrow(uniform(static_cast<std::size_t>(k), -0.3f, 0.3f, ++seed)));
+      auto* l = net.add_convolution_nd(in, k, {size, size}, Weights(t, w.data(), static_cast<std::int64_t>(w.size()), nullptr),
+                                       Weights(t, weights.back().data(), k, nullptr));
+      ConvolutionParams p = l->get();
+      p.stride = {stride, stride};
+      p.pre_padding = p.post_padding = {size / 2, size / 2};
+      l->set(p);
+      return l->get_output(0);
+    };
+    auto relu = [](Network& net, Tensor* v) { return net.add_activation(v, ActivationType::kRELU)->get_output(0); };
+    auto graph = [&](Network& net) {
+      weights.clear();
+      weights.reserve(16);
+      seed = 700;
+      auto* x = net.add_input("x", t, xd);
+      auto* stem = relu(net, conv(net, x, 8, 16, 5, 2));  // 10 x 10
+      auto* pl = net.add_pooling_nd(stem, PoolingType::kMAX, {3, 3});
+      PoolingParams q = pl->get();
+      q.stride = {2, 2};
+      q.pre_padding = q.post_padding = {1, 1};
+      pl->set(q);
+      auto* p = pl->get_output(0);  // 5 x 5
+      auto* a = relu(net, conv(net, p, 16, 16, 3, 1));
+      auto* r = relu(net, net.add_elementwise(conv(net, a, 16, 16, 3, 1), p, ElementWiseOperation::kSUM)->get_output(0));
+      auto* y = net.add_pooling_nd(r, PoolingType::kAVERAGE, {5, 5})->get_output(0);
+      y->set_name("y");
+      net.mark_output(y);
+    };
+    auto x = narrow(uniform(static_cast<std::size_t>(xd.volume()), -1.f, 1.f, 701));
+    auto build = [&](const char* device) {
+      EngineBuild d;
+      d.inputs["x"] = InputShape::fixed(xd);
+      d.settings.device = device;
+      d.settings.optimization_level = 3;
+      return build_serialized_engine(graph, d);
+    };
+    auto values = [&](const std::vector<std::byte>& bytes) {
+      auto res = Engine::deserialize(bytes).create_execution().run({{"x", {t, xd, x.data()}}});
+      const auto* h = reinterpret_cast<const std::uint16_t*>(res.at("y").data.get());
+      std::vector<float> v(static_cast<std::size_t>(res.at("y").dims.volume()));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t == DataType::kHALF ? core::half_to_float(h[i]) : core::bf16_to_float(h[i]);
+      return v;
+    };
+    const std::string what = t == DataType::kHALF ? "float16" : "bfloat16";
+    const auto bytes = build("cuda:0");
+    Engine e = Engine::deserialize(bytes);
+    if (nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
+    const auto layers = e.layers();
+    ASSERT_EQ(layers.size(), 5u) << what;
+    std::string tactics;
+    for (const auto& l : layers) tactics += l.name + ": " + l.tactic + "\n";
+    for (std::size_t i : {0, 2, 3}) EXPECT_NE(layers[i].tactic.find("/o:1/"), std::string::npos) << what << ":\n" << tactics;
+    EXPECT_EQ(layers[1].tactic, "cuda.pooling/o:1") << what << ":\n" << tactics;
+    EXPECT_EQ(layers[4].tactic, "cuda.pooling") << what << ":\n" << tactics;
+    // Four layers of products rounded to the type (bfloat16's ulp is 8 times float16's); a wrong
+    // layout would put most elements off by about their own size.
+    const std::vector<float> ref = values(build("cpu"));
+    const std::vector<float> got = values(bytes);
+    ASSERT_EQ(got.size(), ref.size());
+    const double tol = t == DataType::kHALF ? 1e-2 : 8e-2;
+    double err = 0, mag = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " at " << i;
+      err += std::fabs(got[i] - ref[i]);
+      mag += std::fabs(ref[i]);
+    }
+    EXPECT_LT(err, 0.1 * mag) << what;
+    EXPECT_EQ(values(bytes), got) << what << ": reopened";
+    // Malformed: the average pool (a network output) stored channels-last; a tactic no pooling has.
+    for (const char* bad_tactic : {"cuda.pooling/o:1", "cuda.pooling/o:2", "cuda.reduce"}) {
+      plan::Plan bad = plan::read_engine(bytes, "test", nullptr);
+      bad.graph.nodes.back().tactic = bad_tactic;
+      EXPECT_THROW(Engine::deserialize(plan::write_engine(bad)), CorruptEngineError) << what << ": " << bad_tactic;
+    }
+    // Stored packed by a builder that keeps NCHW plans: the same values within the tolerance.
+    setenv("TENSORACLE_CUDNN_LAYOUT", "nchw", 1);
+    const auto packed = build("cuda:0");
+    unsetenv("TENSORACLE_CUDNN_LAYOUT");
+    for (const auto& l : Engine::deserialize(packed).layers()) EXPECT_EQ(l.tactic.find("/o:1"), std::string::npos) << l.tactic;
+    const std::vector<float> nchw = values(packed);
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(nchw[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " nchw at " << i;
+  }
+}
+
 // A workspace limit that covers what a cuDNN convolution engine needs builds the same kind of
 // engine (cuDNN's configurations within the scratch left, the backend's own path reserved as the
 // fallback) and computes the same results.

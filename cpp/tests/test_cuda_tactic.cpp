@@ -384,19 +384,47 @@ TEST(ChannelsLastValues, FollowTheProducersTactic) {
   EXPECT_TRUE(channels_last_value(c.g, 2));
   c.g.nodes[0].tactic = Chain::tactic(true) + "x";  // malformed: not channels-last (the loader refuses it)
   EXPECT_FALSE(channels_last_value(c.g, 2));
+  // A pooling's own tactic says it; a convolution's tactic on another layer says nothing.
+  c.g.nodes[2].tactic = std::string(kPoolingChannelsLastTactic);
+  EXPECT_TRUE(channels_last_value(c.g, 5));
+  c.g.nodes[2].tactic = "cuda.pooling";
+  EXPECT_FALSE(channels_last_value(c.g, 5));
+  c.g.nodes[2].tactic = Chain::tactic(true);
+  EXPECT_FALSE(channels_last_value(c.g, 5));
+  c.g.nodes[2].params = ElementWiseParams{};
+  EXPECT_FALSE(channels_last_value(c.g, 5));
+  c.g.nodes[0].tactic = std::string(kPoolingChannelsLastTactic);  // on a convolution
+  EXPECT_FALSE(channels_last_value(c.g, 2));
 }
 
-// What the loader accepts for a node whose tactic says o:1: only convolutions read the value,
-// as data or as an elementwise epilogue operand; never the network, a kernel or a bias input,
+// What the loader accepts for a node whose tactic says o:1: a convolution or a pooling without
+// epilogue layers writes it; only convolutions and poolings read the value, as data, or
+// convolutions as an elementwise epilogue operand; never the network, a kernel or a bias input,
 // a quantize's scale, or another layer.
-TEST(ChannelsLastValues, OnlyConvolutionsMayReadThem) {
+TEST(ChannelsLastValues, OnlyConvolutionsAndPoolingsMayReadThem) {
   Chain c;
   std::string why;
   EXPECT_TRUE(channels_last_readers_ok(c.g, c.g.nodes[0], &why)) << why;
-  EXPECT_FALSE(channels_last_readers_ok(c.g, c.g.nodes[1], &why));  // the pooling reads r
-  EXPECT_NE(why.find("layer 'pool' reads it as input 0"), std::string::npos) << why;
-  EXPECT_FALSE(channels_last_readers_ok(c.g, c.g.nodes[2], &why));
-  EXPECT_NE(why.find("not a convolution"), std::string::npos) << why;
+  EXPECT_TRUE(channels_last_readers_ok(c.g, c.g.nodes[1], &why)) << why;  // the pooling reads r
+  EXPECT_FALSE(channels_last_readers_ok(c.g, c.g.nodes[2], &why));          // the pooling's output
+  EXPECT_NE(why.find("network output"), std::string::npos) << why;
+  {
+    Chain d;  // r read by an activation instead of the pooling
+    d.g.nodes[2].params = ActivationParams{};
+    EXPECT_FALSE(channels_last_readers_ok(d.g, d.g.nodes[1], &why));
+    EXPECT_NE(why.find("layer 'pool' reads it as input 0"), std::string::npos) << why;
+    d.g.values[5].is_output = false;  // nor may the activation write one
+    EXPECT_FALSE(channels_last_readers_ok(d.g, d.g.nodes[2], &why));
+    EXPECT_NE(why.find("neither a convolution nor a pooling"), std::string::npos) << why;
+  }
+  {
+    Chain d;  // a pooling with a fused epilogue layer
+    d.g.values[5].is_output = false;
+    d.g.nodes[2].epilogue = {graph::EpilogueOp{}};
+    d.g.nodes[2].epilogue[0].params = ActivationParams{};
+    EXPECT_FALSE(channels_last_readers_ok(d.g, d.g.nodes[2], &why));
+    EXPECT_NE(why.find("fused into its epilogue"), std::string::npos) << why;
+  }
   {
     Chain d;  // r read by nothing but the network
     d.g.nodes.pop_back();
@@ -426,7 +454,12 @@ TEST(ChannelsLastValues, TheBuilderChainsConvolutionsOfOneTypeWithoutGroups) {
   EXPECT_TRUE(c.chain(c.g.nodes[0], c.shape()));
   EXPECT_FALSE(c.chain(c.g.nodes[0], c.shape(DataType::kFLOAT)));
   EXPECT_FALSE(c.chain(c.g.nodes[0], c.shape(DataType::kHALF, 12)));  // readers would pad channels
-  EXPECT_FALSE(c.chain(c.g.nodes[1], c.shape()));  // the pooling reads it
+  EXPECT_TRUE(c.chain(c.g.nodes[1], c.shape()));  // a pooling of its type reads it
+  {
+    Chain d;  // a pooling of another type
+    d.g.nodes[2].main_desc.type = DataType::kFLOAT;
+    EXPECT_FALSE(d.chain(d.g.nodes[1], d.shape()));
+  }
   {
     Chain d;  // groups: the copies hold C / groups channels per kernel
     CudnnConvShape s = d.shape();
@@ -465,4 +498,81 @@ TEST(ChannelsLastValues, TheBuilderChainsConvolutionsOfOneTypeWithoutGroups) {
     d.g.nodes[1].inputs = {0, 3};
     EXPECT_FALSE(d.chain(d.g.nodes[0], d.shape()));
   }
+}
+
+namespace {
+
+// Chain with the pooling's output read by one more convolution (conv2 -> y, the network output).
+Chain pooled_chain() {
+  Chain c;
+  c.g.values[5].is_output = false;
+  graph::Value y = c.g.values[5];
+  y.name = "y";
+  y.producer = 3;
+  y.is_output = true;
+  c.g.values.push_back(y);  // 6
+  c.g.outputs = {6};
+  graph::Node conv2 = c.g.nodes[0];
+  conv2.name = "conv2";
+  conv2.inputs = {5, 3};
+  conv2.output = 6;
+  c.g.nodes.push_back(conv2);
+  c.g.nodes[1].tactic = Chain::tactic(true);  // r channels-last
+  return c;
+}
+
+}  // namespace
+
+// Where the builder stores a pooling's output channels-last: it reads a channels-last value and
+// its readers would take the value in place, as a convolution's readers must.
+TEST(ChannelsLastValues, APoolingBetweenChainedConvolutionsKeepsTheLayout) {
+  const Chain c = pooled_chain();
+  EXPECT_TRUE(pooling_chain_output(c.g, c.g.nodes[2]));
+  EXPECT_FALSE(pooling_chain_output(c.g, c.g.nodes[1]));  // not a pooling
+  {
+    Chain d = c;  // its input packed
+    d.g.nodes[1].tactic = Chain::tactic(false);
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+  }
+  for (DataType t : {DataType::kFLOAT, DataType::kINT8}) {
+    Chain d = c;
+    d.g.values[5].desc.type = t;
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+  }
+  {
+    Chain d = c;  // 12 channels: a reader would pad them
+    d.g.values[5].desc.dims = Dims{2, 12, 4, 4};
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+    d.g.values[5].desc.dims = Dims{2, 24, 4, 4};
+    EXPECT_TRUE(pooling_chain_output(d.g, d.g.nodes[2]));
+  }
+  {
+    Chain d = c;  // an epilogue layer
+    d.g.nodes[2].epilogue = {graph::EpilogueOp{}};
+    d.g.nodes[2].epilogue[0].params = ActivationParams{};
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+  }
+  {
+    Chain d = c;  // its reader a convolution with groups, or of another type
+    std::get<ConvolutionParams>(d.g.nodes[3].params).num_groups = 2;
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+    d = c;
+    d.g.nodes[3].main_desc.type = DataType::kBF16;
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+  }
+  {
+    Chain d = c;  // its output a network output too
+    d.g.values[5].is_output = true;
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+  }
+  {
+    Chain d = c;  // read by nothing
+    d.g.nodes[3].inputs = {4, 3};
+    EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
+  }
+  Chain d = c;  // so stored, the loader's check holds
+  d.g.nodes[2].tactic = std::string(kPoolingChannelsLastTactic);
+  std::string why;
+  EXPECT_TRUE(channels_last_readers_ok(d.g, d.g.nodes[2], &why)) << why;
+  EXPECT_TRUE(channels_last_value(d.g, 5));
 }

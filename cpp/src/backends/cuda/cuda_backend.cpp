@@ -382,6 +382,10 @@ class CudaBackend final : public Backend {
   std::string choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const override {
     std::string base = tactics(g, n).front();
     if (const auto* cp = std::get_if<ConvolutionParams>(&n.params)) return choose_convolution(g, n, *cp, q);
+    // A pooling that reads a channels-last value stores its output so too where its readers take
+    // it in place (layouts.h); the choice follows the graph, nothing is timed.
+    if (std::holds_alternative<PoolingParams>(n.params))
+      return cuda::pooling_chain_output(g, n) ? std::string(cuda::kPoolingChannelsLastTactic) : base;
     if (const auto* rp = std::get_if<ReduceParams>(&n.params)) {
       // Few outputs over many elements at the opt or max shapes: split over blocks, when the
       // partials' scratch fits the workspace limit (at other shapes reduce() decides again).
@@ -777,6 +781,21 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
     conv_->set_layouts(cuda::channels_last_value(g, n.inputs[0]), out_cl_);
   }
   for (int v : n.all_inputs()) operand_cl_.push_back(cuda::channels_last_value(g, v));
+  if (std::holds_alternative<PoolingParams>(n.params)) {
+    // "cuda.pooling/o:1" only where the builder writes it: a channels-last input, readers that
+    // take the value so (pooling_chain_output).
+    if (n.tactic == cuda::kPoolingChannelsLastTactic) {
+      std::string why;
+      if (!operand_cl_[0]) why = "its input is not";
+      else cuda::channels_last_readers_ok(g, n, &why);
+      if (!why.empty())
+        throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
+                                 " (malformed engine)");
+      out_cl_ = true;
+    } else if (!n.tactic.empty() && n.tactic != "cuda.pooling") {
+      throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a pooling's (malformed engine)");
+    }
+  }
   if (std::holds_alternative<ReduceParams>(n.params)) {
     if (n.tactic == kReduceSplitTactic) reduce_split_ = true;
     else if (!n.tactic.empty() && n.tactic != "cuda.reduce")
@@ -914,7 +933,7 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
         } else if constexpr (std::is_same_v<P, NormalizationParams>) {
           cuda::normalization(p, ref(in[0]), ref(in[1]), ref(in[2]), ref(out), s);
         } else if constexpr (std::is_same_v<P, PoolingParams>) {
-          cuda::pooling(p, ref(in[0]), ref(out), s);
+          cuda::pooling(p, ref(in[0]), ref(out), s, operand_cl_[0], out_cl_);
         } else if constexpr (std::is_same_v<P, ConcatenationParams>) {
           std::vector<cuda::TensorRef> refs;
           for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));

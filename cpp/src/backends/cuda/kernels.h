@@ -91,7 +91,10 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
             cudaStream_t stream);
 void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+// x and out have their logical dims [N, C, spatial...]; either may be stored channels-last
+// ([N, spatial..., C], layouts.h): same taps, order and arithmetic, so the same values.
+void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream,
+             bool x_channels_last = false, bool out_channels_last = false);
 
 // ---- kernels_reduce.cu -------------------------------------------------------------------
 // `workspace`: nullptr, or reduce_split_workspace_bytes() of scratch (256-byte aligned); with
