@@ -1058,6 +1058,101 @@ TEST(Cuda, AMaxPoolBetweenChannelsLastConvolutionsMatchesTheCpuBackend) {
   }
 }
 
+// The backend's direct kernel for an image's first layer (3 channels padded to 4, channels-last
+// copies, tensor cores; tactic configuration "direct"), taken where TENSORACLE_CONV_DIRECT=1 says
+// so: with the bias and a ReLU in the kernel, with another activation as a pass, without bias,
+// writing channels-last for a max-pool, with 128 output channels (two blocks of 64), output rows
+// longer than one 128-position segment and strides of 2 and (1, 2). Integer data keeps every sum
+// exact on both backends, so the results equal the CPU's bit for bit.
+TEST(Cuda, TheDirectFirstLayerKernelMatchesTheCpuBackendExactly) {
+  struct Env {
+    Env() { setenv("TENSORACLE_CONV_DIRECT", "1", 1); }
+    ~Env() { unsetenv("TENSORACLE_CONV_DIRECT"); }
+  };
+  auto ints = [](std::size_t n, int lo, int hi, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& e : v) e = static_cast<float>(d(rng));
+    return v;
+  };
+  const Dims xd{2, 3, 21, 300};
+  for (DataType t : {DataType::kHALF, DataType::kBF16}) {
+    auto narrow = [&](const std::vector<float>& v) {
+      std::vector<std::uint16_t> h(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
+      return h;
+    };
+    // |sums| <= 3 * 49 * 4 + 8: integers, exact in float16; bfloat16 rounds the same exact sum once on both.
+    const auto x = narrow(ints(static_cast<std::size_t>(xd.volume()), -2, 2, 801));
+    const auto w7 = narrow(ints(64 * 3 * 49, -2, 2, 802)), w5 = narrow(ints(128 * 3 * 15, -2, 2, 803));
+    const auto b64 = narrow(ints(64, -8, 8, 804));
+    for (int variant = 0; variant < 3; ++variant) {
+      auto graph = [&](Network& net) {
+        auto* in = net.add_input("x", t, xd);
+        if (variant < 2) {  // 7 x 7 / 2 with bias, then ReLU (fused) or a leaky ReLU (a pass)
+          auto* c = net.add_convolution_nd(in, 64, {7, 7}, Weights(t, w7.data(), static_cast<std::int64_t>(w7.size()), nullptr),
+                                           Weights(t, b64.data(), 64, nullptr));
+          ConvolutionParams p = c->get();
+          p.stride = {2, 2};
+          p.pre_padding = p.post_padding = {3, 3};
+          c->set(p);
+          auto* a = net.add_activation(c->get_output(0), variant == 0 ? ActivationType::kRELU : ActivationType::kLEAKY_RELU);
+          if (variant == 1) a->set_alpha(0.125f);
+          a->get_output(0)->set_name("y");
+          net.mark_output(a->get_output(0));
+        } else {  // 5 x 3, stride (1, 2), 128 channels, no bias, into a max-pool (channels-last)
+          auto* c = net.add_convolution_nd(in, 128, {5, 3}, Weights(t, w5.data(), static_cast<std::int64_t>(w5.size()), nullptr),
+                                           Weights{});
+          ConvolutionParams p = c->get();
+          p.stride = {1, 2};
+          p.pre_padding = p.post_padding = {2, 1};
+          c->set(p);
+          auto* pl = net.add_pooling_nd(c->get_output(0), PoolingType::kMAX, {3, 3});
+          PoolingParams q = pl->get();
+          q.stride = {2, 2};
+          pl->set(q);
+          pl->get_output(0)->set_name("y");
+          net.mark_output(pl->get_output(0));
+        }
+      };
+      auto build = [&](const char* device) {
+        EngineBuild d;
+        d.inputs["x"] = InputShape::fixed(xd);
+        d.settings.device = device;
+        d.settings.optimization_level = 3;
+        return build_serialized_engine(graph, d);
+      };
+      const std::string what = std::string(t == DataType::kHALF ? "float16" : "bfloat16") + " variant " + std::to_string(variant);
+      std::vector<std::byte> bytes;
+      {
+        Env env;
+        bytes = build("cuda:0");
+      }
+      Engine e = Engine::deserialize(bytes);
+      if (nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
+      const auto layers = e.layers();
+      ASSERT_FALSE(layers.empty());
+      EXPECT_NE(layers[0].tactic.find("/l:4/"), std::string::npos) << what << ": " << layers[0].tactic;
+      EXPECT_NE(layers[0].tactic.find("/cfg:direct/"), std::string::npos) << what << ": " << layers[0].tactic;
+      EXPECT_EQ(layers[0].tactic.find("/o:1/") != std::string::npos, variant == 2) << what << ": " << layers[0].tactic;
+      auto run = [&](const std::vector<std::byte>& b) { return Engine::deserialize(b).create_execution().run({{"x", {t, xd, x.data()}}}); };
+      const auto ref = run(build("cpu"));
+      const auto got = run(bytes);
+      const auto& ra = ref.at("y");
+      const auto& ga = got.at("y");
+      ASSERT_EQ(ra.dims, ga.dims) << what;
+      const auto* pa = reinterpret_cast<const std::uint16_t*>(ra.data.get());
+      const auto* pb = reinterpret_cast<const std::uint16_t*>(ga.data.get());
+      std::size_t differ = 0, first = 0;
+      for (std::size_t i = static_cast<std::size_t>(ra.dims.volume()); i-- > 0;)
+        if (pa[i] != pb[i]) ++differ, first = i;
+      EXPECT_EQ(differ, 0u) << what << ": first at " << first << " (cpu " << pa[first] << ", cuda " << pb[first] << ")";
+      EXPECT_EQ(run(bytes).at("y").dims, ga.dims) << what;  // reopened
+    }
+  }
+}
+
 // A workspace limit that covers what a cuDNN convolution engine needs builds the same kind of
 // engine (cuDNN's configurations within the scratch left, the backend's own path reserved as the
 // fallback) and computes the same results.

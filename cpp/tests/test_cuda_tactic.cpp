@@ -212,6 +212,57 @@ TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
   EXPECT_GT(accepted, 0);  // e.g. a digit changed inside a number
 }
 
+// "cfg:direct" (the backend's own kernel for few input channels) parses only for the problems
+// that kernel runs: channels-last with 4 padded channels, float16/bfloat16, 2-D, no groups, a
+// multiple of 64 output channels, dilation 1, windows up to 32, strides up to 16, int-sized.
+TEST(CudnnTactic, TheDirectKernelsConfigurationOnlyForItsProblems) {
+  CudnnTactic t = channels_last_sample();
+  t.config = std::string(kDirectConfig);
+  EXPECT_TRUE(direct_conv_supported(t.shape));
+  for (bool out : {false, true}) {
+    t.out_channels_last = out;
+    const std::string text = format_cudnn_tactic(t);
+    EXPECT_NE(text.find("/l:4/"), std::string::npos) << text;
+    CudnnTactic back;
+    ASSERT_TRUE(parse_cudnn_tactic(text, back)) << text;
+    EXPECT_EQ(back.config, "direct");
+    EXPECT_EQ(back.out_channels_last, out);
+    EXPECT_EQ(format_cudnn_tactic(back), text);
+  }
+  t.out_channels_last = false;
+  auto refused = [&](const char* why, auto edit) {
+    CudnnTactic u = t;
+    edit(u.shape);
+    EXPECT_FALSE(direct_conv_supported(u.shape)) << why;
+    CudnnTactic back;
+    EXPECT_FALSE(parse_cudnn_tactic(format_cudnn_tactic(u), back)) << why << ": " << format_cudnn_tactic(u);
+  };
+  refused("float32", [](CudnnConvShape& s) { s.type = DataType::kFLOAT; });
+  refused("8 padded channels", [](CudnnConvShape& s) { s.channels_last = 8; });
+  refused("packed", [](CudnnConvShape& s) { s.channels_last = 0; });
+  refused("96 output channels", [](CudnnConvShape& s) { s.w[0] = s.y[1] = 96; });
+  refused("dilation 2", [](CudnnConvShape& s) { s.dilation = {2, 1}; });
+  refused("a 33-wide window", [](CudnnConvShape& s) { s.w[3] = 33; });
+  refused("stride 17", [](CudnnConvShape& s) { s.stride = {1, 17}; });
+  refused("groups", [](CudnnConvShape& s) { s.w[1] = 1; });
+  refused("3-D", [](CudnnConvShape& s) {
+    s = {DataType::kHALF, {1, 3, 6, 7, 8}, {64, 3, 3, 3, 3}, {1, 64, 6, 7, 8}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
+         false, 4};
+  });
+  refused("2^31 output elements", [](CudnnConvShape& s) { s.x[0] = s.y[0] = 4096; });
+  // Shared memory past 200 KiB: a 32 x 32 window at stride 16.
+  refused("too wide a tile", [](CudnnConvShape& s) {
+    s.w[2] = s.w[3] = 32;
+    s.stride = {16, 16};
+    s.x[2] = s.x[3] = 1024;
+    s.y[2] = s.y[3] = 61;
+  });
+  // A cuDNN configuration that is not a number is still refused.
+  CudnnTactic back;
+  EXPECT_FALSE(parse_cudnn_tactic(replaced_in(format_cudnn_tactic(t), "cfg:direct", "cfg:direkt"), back));
+  EXPECT_FALSE(parse_cudnn_tactic(replaced_in(format_cudnn_tactic(t), "cfg:direct", "cfg:direct,2=1"), back));
+}
+
 TEST(GemmTactic, RoundTripsEveryShapeTheBuilderWrites) {
   const std::string hex = std::string(64, '0') + std::string(64, 'f');
   const GemmTactic tactics[] = {

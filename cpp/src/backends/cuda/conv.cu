@@ -685,6 +685,227 @@ CudnnLayout cudnn_layout(const CudnnConvShape& s, std::size_t dnn_workspace) {
   return l;
 }
 
+// ---- direct convolution of few input channels (cudnn_tactic.h: configuration "direct") -------
+//
+// An image's first layer (3 channels, padded to 4) as an implicit GEMM on the tensor cores
+// (mma.sync m16n8k16, float16/bfloat16 products summed in float32): x channels-last [N, H, W, 4],
+// the kernel channels-last [K, R, S, 4] (both the copies a channels-last plan makes), y
+// channels-last [N, OH, OW, K]. A block owns 64 output channels (blockIdx.y) and walks work
+// items of 128 output positions of one output row (4 warps x 32 positions): the block's
+// kernels sit in shared memory in fragment order ([k16 block][n-tile][lane] pairs of words,
+// k = tap * 4 + channel, zeros past the last tap), and each item's input rows (R rows of the
+// 127 * stride + S columns its windows read, zeros outside the image) are copied with cp.async
+// into one of two tiles while the block computes the other. The bias is added in float32 and
+// the result rounded once (then a ReLU, which commutes with the rounding); the CPU rounds once
+// too, so only the summation order differs.
+struct DirectArgs {
+  int N, H, W, K, R, S, OH, OW, sh, sw, ph, pw, taps, kb, tile_w, segs;
+  bool relu;
+};
+constexpr int kDirectSegment = 128, kDirectThreads = 128;
+
+template <class T>
+struct Mma16816 {
+  __device__ static void run(float* d, const u32* a, const u32* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, __half>)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();  // the backend's architectures are sm80 and newer
+#endif
+  }
+};
+
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 8 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+template <class Tag>
+__global__ void __launch_bounds__(kDirectThreads)
+    direct_conv_kernel(const typename Tag::T* __restrict__ x, const typename Tag::T* __restrict__ w,
+                       const typename Tag::T* __restrict__ bias, typename Tag::T* __restrict__ y, DirectArgs a) {
+  using T = typename Tag::T;
+  extern __shared__ __align__(16) unsigned char direct_smem[];
+  uint2* frag = reinterpret_cast<uint2*>(direct_smem);  // [kb][8][32]
+  float* bsm = reinterpret_cast<float*>(direct_smem + static_cast<std::size_t>(a.kb) * 2048);
+  int* offs = reinterpret_cast<int*>(bsm + 64);
+  uint2* tiles = reinterpret_cast<uint2*>(direct_smem + static_cast<std::size_t>(a.kb) * 2048 + 256 + a.kb * 16);
+  const int tile_px = a.R * a.tile_w;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.y * 64, real = a.taps * 4;
+  const u32* w32 = reinterpret_cast<const u32*>(w);
+  for (int i = tid; i < a.kb * 256; i += kDirectThreads) {
+    const int l = i & 31, j = (i >> 5) & 7, kb = i >> 8;
+    const int k = kb * 16 + 2 * (l & 3);
+    const std::size_t row = static_cast<std::size_t>(n0 + j * 8 + (l >> 2)) * real;
+    frag[i] = make_uint2(k < real ? w32[(row + k) >> 1] : 0u, k + 8 < real ? w32[(row + k + 8) >> 1] : 0u);
+  }
+  if (tid < 64) bsm[tid] = bias ? Tag::load(bias[n0 + tid]) : 0.f;
+  for (int i = tid; i < a.kb * 4; i += kDirectThreads) {
+    const int kh = i / a.S, kw = i - kh * a.S;
+    offs[i] = i < a.taps ? (kh * a.tile_w + kw) * 2 : -1;  // 32-bit words into a tile; -1: a padded tap
+  }
+  const int items = a.N * a.OH * a.segs;
+  const uint2* x8 = reinterpret_cast<const uint2*>(x);
+  auto load = [&](int item, int buf) {
+    const int seg = item % a.segs, row = item / a.segs;
+    const int oh = row % a.OH, b = row / a.OH;
+    const int ih0 = oh * a.sh - a.ph, iw0 = seg * kDirectSegment * a.sw - a.pw;
+    uint2* dst = tiles + buf * tile_px;
+    for (int r = 0; r < a.R; ++r) {
+      const int ih = ih0 + r;
+      const bool row_in = ih >= 0 && ih < a.H;
+      const uint2* src = x8 + (static_cast<std::size_t>(b) * a.H + (row_in ? ih : 0)) * a.W;
+      for (int j = tid; j < a.tile_w; j += kDirectThreads) {
+        const int iw = iw0 + j;
+        const bool in = row_in && iw >= 0 && iw < a.W;
+        cp_async8(dst + r * a.tile_w + j, in ? src + iw : x8, in);  // zeros outside the image
+      }
+    }
+    cp_async_commit();
+  };
+  if (static_cast<int>(blockIdx.x) < items) load(blockIdx.x, 0);
+  const int kfull = a.taps / 4;  // k16 blocks without padded taps
+  int buf = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x, buf ^= 1) {
+    const int next = item + gridDim.x;
+    if (next < items) {
+      load(next, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // this item's tile (the first time: the kernels too) seen by every thread
+    const int seg = item % a.segs, row = item / a.segs;
+    const int ow0 = seg * kDirectSegment;
+    const u32* x32 = reinterpret_cast<const u32*>(tiles + buf * tile_px);
+    // Rows g and g + 8 of the warp's two m16 tiles: the word of its window's first tap (the
+    // channel pair this lane's fragment holds); positions past the row repeat the last one.
+    int base[2][2];
+    const int last = min(a.OW - ow0, kDirectSegment) - 1;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) base[mt][h] = min(warp * 32 + mt * 16 + h * 8 + g, last) * a.sw * 2 + (t & 1);
+    float acc[2][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[mt][j][q] = 0.f;
+    // k16 block kb: this lane's A columns 2t, 2t + 1 (tap kb * 4 + t / 2) and 2t + 8, 2t + 9 (two taps on).
+    auto step = [&](int kb, bool masked) {
+      const int oa = offs[kb * 4 + (t >> 1)], ob = offs[kb * 4 + (t >> 1) + 2];
+      u32 af[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        if (masked) {
+          af[mt][0] = oa >= 0 ? x32[base[mt][0] + oa] : 0u;
+          af[mt][1] = oa >= 0 ? x32[base[mt][1] + oa] : 0u;
+          af[mt][2] = ob >= 0 ? x32[base[mt][0] + ob] : 0u;
+          af[mt][3] = ob >= 0 ? x32[base[mt][1] + ob] : 0u;
+        } else {
+          af[mt][0] = x32[base[mt][0] + oa];
+          af[mt][1] = x32[base[mt][1] + oa];
+          af[mt][2] = x32[base[mt][0] + ob];
+          af[mt][3] = x32[base[mt][1] + ob];
+        }
+      }
+      const uint2* wk = frag + kb * 256 + lane;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint2 v = wk[j * 32];
+        const u32 bf[2] = {v.x, v.y};
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) Mma16816<T>::run(acc[mt][j], af[mt], bf);
+      }
+    };
+#pragma unroll 2
+    for (int kb = 0; kb < kfull; ++kb) step(kb, false);
+    if (kfull < a.kb) step(kfull, true);
+    const int oh = row % a.OH, b = row / a.OH;
+    T* yrow = y + (static_cast<std::size_t>(b) * a.OH + oh) * a.OW * a.K;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int p = warp * 32 + mt * 16 + h * 8 + g;
+        if (ow0 + p >= a.OW) continue;
+        T* yo = yrow + static_cast<std::size_t>(ow0 + p) * a.K + n0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          float v0 = __fadd_rn(acc[mt][j][h * 2], bsm[j * 8 + 2 * t]);
+          float v1 = __fadd_rn(acc[mt][j][h * 2 + 1], bsm[j * 8 + 2 * t + 1]);
+          if (a.relu) {
+            v0 = v0 > 0.f ? v0 : 0.f;
+            v1 = v1 > 0.f ? v1 : 0.f;
+          }
+          T pair[2] = {Tag::store(v0), Tag::store(v1)};
+          *reinterpret_cast<u32*>(yo + j * 8) = *reinterpret_cast<const u32*>(pair);
+        }
+      }
+    __syncthreads();  // every read of this tile done before the next item's copy overwrites it
+  }
+}
+
+// Launches direct_conv_kernel for problem `s` (direct_conv_supported) on the copies x4 and w4.
+void direct_conv(const CudnnConvShape& s, const void* x4, const void* w4, const void* bias, void* y, bool relu,
+                 cudaStream_t stream) {
+  DirectArgs a{};
+  a.N = static_cast<int>(s.x[0]), a.H = static_cast<int>(s.x[2]), a.W = static_cast<int>(s.x[3]);
+  a.K = static_cast<int>(s.y[1]), a.R = static_cast<int>(s.w[2]), a.S = static_cast<int>(s.w[3]);
+  a.OH = static_cast<int>(s.y[2]), a.OW = static_cast<int>(s.y[3]);
+  a.sh = static_cast<int>(s.stride[0]), a.sw = static_cast<int>(s.stride[1]);
+  a.ph = static_cast<int>(s.pre[0]), a.pw = static_cast<int>(s.pre[1]);
+  a.taps = a.R * a.S, a.kb = (a.taps + 3) / 4, a.tile_w = (kDirectSegment - 1) * a.sw + a.S;
+  a.segs = (a.OW + kDirectSegment - 1) / kDirectSegment;
+  a.relu = relu;
+  const std::size_t smem = direct_conv_shared_bytes(s);
+  const int items = a.N * a.OH * a.segs;
+  int device = 0, sms = 1;
+  dev::check(cudaGetDevice(&device), "convolution: cudaGetDevice");
+  dev::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "convolution: reading the SM count");
+  auto launch = [&](auto tag) {
+    using Tag = decltype(tag);
+    using T = typename Tag::T;
+    auto* kernel = direct_conv_kernel<Tag>;
+    dev::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+               "convolution: the direct kernel's shared memory");
+    int per_sm = 0;
+    dev::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kDirectThreads, smem),
+               "convolution: the direct kernel's occupancy");
+    const dim3 grid(static_cast<unsigned>(std::min(items, sms * std::max(per_sm, 1))), static_cast<unsigned>(a.K / 64));
+    kernel<<<grid, kDirectThreads, smem, stream>>>(static_cast<const T*>(x4), static_cast<const T*>(w4),
+                                                   static_cast<const T*>(bias), static_cast<T*>(y), a);
+  };
+  if (s.type == DataType::kHALF) launch(dev::F16{});
+  else launch(dev::BF16{});
+  check_launch("convolution (direct)");
+}
+
 }  // namespace
 
 std::size_t channels_last_copy_bytes(const CudnnConvShape& s) { return kAlign + cudnn_layout(s, 0).total; }
@@ -711,8 +932,10 @@ std::size_t ConvolutionKernel::workspace_bytes(const TensorRef& x, const TensorR
   // Sizing only: the buffers need not exist yet (the builder asks before allocating).
   check_float(x, "convolution", "input 0");
   const Geo g = window_geo(params_, x, out, nullptr, nullptr, "convolution", false);
-  return layout_bytes(x, out) + std::max(conv_sizing(g, x.type).total,
-                                         dnn_ ? cudnn_layout(dnn_->shape(), dnn_->workspace_bytes()).total : std::size_t{0});
+  const std::size_t planned = dnn_      ? cudnn_layout(dnn_->shape(), dnn_->workspace_bytes()).total
+                              : direct_ ? cudnn_layout(*direct_, 0).total
+                                        : 0;
+  return layout_bytes(x, out) + std::max(conv_sizing(g, x.type).total, planned);
 }
 
 std::optional<CudnnConvShape> ConvolutionKernel::cudnn_shape(const TensorRef& x, const TensorRef& kernel,
@@ -757,6 +980,14 @@ void ConvolutionKernel::use_cudnn(const CudnnContext& ctx, const CudnnConvShape&
     throw Error("[cuda] convolution '" + name_ + "': cuDNN's plan needs " + std::to_string(dnn->workspace_bytes()) +
                 " bytes of workspace, more than the " + std::to_string(max_workspace) + " reserved");
   dnn_ = std::move(dnn);
+  direct_.reset();
+}
+
+void ConvolutionKernel::use_direct(const CudnnConvShape& shape) {
+  if (!direct_conv_supported(shape))
+    throw Error("[cuda] convolution '" + name_ + "': the direct kernel does not run this problem");
+  dnn_.reset();
+  direct_ = shape;
 }
 
 bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
@@ -764,7 +995,7 @@ bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, c
                                   const ActivationParams* act, bool x_cl, bool out_cl) const {
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kCudnnAlign == 0; };
   if (!aligned(x.data) || !aligned(kernel.data) || !aligned(out.data)) return false;
-  const CudnnConvShape& planned = dnn_->shape();
+  const CudnnConvShape& planned = dnn_ ? dnn_->shape() : *direct_;
   // Channels-last tensors only go to a channels-last plan, x only where it pads no channels.
   if ((x_cl || out_cl) && planned.channels_last == 0) return false;
   if (x_cl && planned.channels_last != x.dims[1]) return false;
@@ -775,13 +1006,26 @@ bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, c
   shape->channels_last = planned.channels_last;
   if (!same_cudnn_problem(*shape, planned)) return false;  // another problem than the plan's: our own path
   if (planned.channels_last) {  // transposed copies around cuDNN, bias and activation on the way out
-    const CudnnLayout l = cudnn_layout(planned, dnn_->workspace_bytes());
+    const CudnnLayout l = cudnn_layout(planned, dnn_ ? dnn_->workspace_bytes() : 0);
     char* ws = static_cast<char*>(workspace);
     try {
       if (!x_cl) to_channels_last(x, planned.channels_last, ws + l.x, stream);
       to_channels_last({kernel.data, kernel.type, Dims(std::span<const std::int64_t>(planned.w))}, planned.channels_last,
                        ws + l.w, stream);
-      dnn_->run(x_cl ? x.data : ws + l.x, ws + l.w, out_cl ? out.data : ws + l.y, ws, stream);
+      const void* xc = x_cl ? x.data : ws + l.x;
+      void* yc = out_cl ? out.data : ws + l.y;
+      if (direct_) {  // bias (and a ReLU) in the kernel, before and after its one rounding
+        const bool relu = act && act->type == ActivationType::kRELU;
+        direct_conv(planned, xc, ws + l.w, bias ? bias->data : nullptr, yc, relu, stream);
+        const ActivationParams* rest = relu ? nullptr : act;
+        if (out_cl) {
+          if (rest) bias_activation_channels_last(out, nullptr, rest, stream);
+        } else {
+          from_channels_last(ws + l.y, out, nullptr, rest, stream);
+        }
+        return true;
+      }
+      dnn_->run(xc, ws + l.w, yc, ws, stream);
       if (out_cl) bias_activation_channels_last(out, bias ? bias->data : nullptr, act, stream);
       else from_channels_last(ws + l.y, out, bias ? bias->data : nullptr, act, stream);
     } catch (const Error& e) {
@@ -831,7 +1075,7 @@ void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const T
   if (workspace == nullptr) fail("convolution: channels-last tensors need a workspace (ConvolutionKernel::workspace_bytes)");
   auto* front = static_cast<std::byte*>(workspace);
   std::byte* rest = front + layout_bytes(x, out);
-  if (dnn_ && run_cudnn(x, kernel, bias, out, rest, stream, act, x_cl_, out_cl_)) return;
+  if ((dnn_ || direct_) && run_cudnn(x, kernel, bias, out, rest, stream, act, x_cl_, out_cl_)) return;
   // Another path: packed copies in front of the workspace.
   TensorRef xp = x, op = out;
   if (x_cl_) {
@@ -851,7 +1095,7 @@ void ConvolutionKernel::run_packed(const TensorRef& x, const TensorRef& kernel, 
   graph::TensorDesc bd;
   if (bias) bd = {bias->type, bias->dims};
   const Geo g = window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "convolution", false);
-  if (dnn_ && run_cudnn(x, kernel, bias, out, workspace, stream, act, false, false)) return;
+  if ((dnn_ || direct_) && run_cudnn(x, kernel, bias, out, workspace, stream, act, false, false)) return;
   const ConvSizing z = conv_sizing(g, x.type);
   if (z.total > 0 && workspace == nullptr)
     fail("convolution: this convolution needs a workspace (ConvolutionKernel::workspace_bytes)");

@@ -105,6 +105,12 @@ class ConvolutionKernel {
   void use_cudnn(const CudnnContext& ctx, const CudnnConvShape& shape, const std::string& config,
                  std::size_t max_workspace);
   bool uses_cudnn() const { return dnn_ != nullptr; }
+  // Runs `shape` (direct_conv_supported(): l:4, a:0) through the backend's direct kernel on the
+  // channels-last copies a channels-last cuDNN plan would use (tactic configuration "direct"):
+  // float32 sums on the tensor cores, the bias added before the one rounding, a ReLU in the
+  // same kernel (another activation as a pass over the rounded result). Throws tensoracle::Error
+  // where the problem is not one it runs.
+  void use_direct(const CudnnConvShape& shape);
 
   // How x and the output are stored (the TensorRefs keep the logical dims [N, C, spatial...]):
   // false packed as those dims, true channels-last, [N, spatial..., C] (a value whose producer's
@@ -134,6 +140,7 @@ class ConvolutionKernel {
   ConvolutionParams params_;
   std::unique_ptr<StridedGemm> gemm_;
   std::unique_ptr<CudnnConv> dnn_;
+  std::optional<CudnnConvShape> direct_;  // use_direct()'s problem
   bool x_cl_ = false, out_cl_ = false;
 };
 

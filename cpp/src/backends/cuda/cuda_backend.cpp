@@ -550,12 +550,22 @@ class CudaBackend final : public Backend {
         nhwc_configs.clear();  // cuDNN refuses the channels-last problem: the others only
       }
     }
+    // The backend's direct kernel for few input channels (an image's first layer) on the same
+    // channels-last copies: one more channels-last candidate where direct_conv_supported() holds
+    // (cudnn_tactic.h). TENSORACLE_CONV_DIRECT (diagnostics, tests): "0" leaves it out, "1" takes
+    // it at any level where it runs.
+    const char* direct_env = std::getenv("TENSORACLE_CONV_DIRECT");
+    const std::string_view direct_choice = direct_env ? direct_env : "";
+    const bool direct = nhwc.channels_last == 4 && direct_choice != "0" && cuda::direct_conv_supported(nhwc) &&
+                        cuda::channels_last_copy_bytes(nhwc) < cap;
     // Channels-last between convolutions: where chain_output() holds, the node writes its output
     // channels-last, and every candidate is timed writing it so (channels-last plans in place,
     // the others through a packed copy; the backend's own path is left out); a reader of a
     // channels-last x times its candidates with x so stored.
     const bool x_cl = cuda::channels_last_value(g, n.inputs[0]);
-    const bool out_cl = !nhwc_configs.empty() && q.scratch_limit == kNoScratchLimit && cuda::chain_output(g, n, *shape, in, main);
+    const bool out_cl = (!nhwc_configs.empty() || direct) && q.scratch_limit == kNoScratchLimit &&
+                        cuda::chain_output(g, n, *shape, in, main);
+    if (direct && direct_choice == "1") return cuda::format_cudnn_tactic({nhwc, std::string(cuda::kDirectConfig), 0, out_cl});
     if (layout == "nhwc" && !nhwc_configs.empty())
       return cuda::format_cudnn_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace, out_cl});
     // Below level 2 a channels-last output only comes from the environment's nhwc (above), and
@@ -570,7 +580,8 @@ class CudaBackend final : public Backend {
       auto k = std::make_unique<cuda::ConvolutionKernel>(lt_, n.name, p);
       if (c) {
         try {
-          k->use_cudnn(dnn_, problem, c->config, c->workspace);
+          if (c->config == cuda::kDirectConfig) k->use_direct(problem);
+          else k->use_cudnn(dnn_, problem, c->config, c->workspace);
         } catch (const Error&) {
           return;
         }
@@ -579,9 +590,11 @@ class CudaBackend final : public Backend {
       kernels.push_back(std::move(k));
       names.push_back(c ? cuda::format_cudnn_tactic({problem, c->config, c->workspace, chained}) : base);
     };
+    const cuda::CudnnConv::Candidate own_direct{std::string(cuda::kDirectConfig), 0};
     if (out_cl) {
       for (const auto& c : configs) add(&c, *shape, true);
       for (const auto& c : nhwc_configs) add(&c, nhwc, true);
+      if (direct) add(&own_direct, nhwc, true);
     }
     if (kernels.empty()) {
       if (depthwise) add(nullptr, *shape, false);
@@ -591,6 +604,7 @@ class CudaBackend final : public Backend {
       }
       if (!depthwise && configs.size() == 1) add(nullptr, *shape, false);
       for (const auto& c : nhwc_configs) add(&c, nhwc, false);
+      if (direct) add(&own_direct, nhwc, false);
     }
     std::vector<void*> owned;
     std::uint64_t seed = 0x9e3779b97f4a7c15ull;
@@ -770,7 +784,8 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
                                  " (malformed engine)");
       out_cl_ = t.out_channels_last;
       try {
-        conv_->use_cudnn(backend.dnn(), t.shape, t.config, t.workspace);
+        if (t.config == cuda::kDirectConfig) conv_->use_direct(t.shape);  // the backend's own kernel
+        else conv_->use_cudnn(backend.dnn(), t.shape, t.config, t.workspace);
       } catch (const CorruptEngineError&) {
         throw;
       } catch (const Error&) {

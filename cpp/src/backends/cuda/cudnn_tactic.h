@@ -11,7 +11,10 @@
 // cuDNN runs channels-last (NHWC) copies of x, w and y that the backend makes around it, x's and
 // w's channels padded with zeros to this count (C <= l < C + 8; groups 1; a:0; since 2026-12-04);
 // o:1: the node stores its output value channels-last ([N, spatial..., K]) for the convolutions
-// that read it (a:0; since 2026-12-04; see CudnnTactic::out_channels_last); the configuration is cuDNN's engine global index then ",<knob type>=<value>" per knob; ws: the
+// that read it (a:0; since 2026-12-04; see CudnnTactic::out_channels_last); the configuration is cuDNN's engine global index then ",<knob type>=<value>" per knob,
+// or "direct": the backend's own tensor-core kernel for inputs of up to 4 channels (an image's
+// first layer) runs on the same channels-last copies instead of a cuDNN engine (with l:4, only
+// for the problems direct_conv_supported() accepts; since 2026-12-04); ws: the
 // workspace the engine reserved for the plan. Engine files are untrusted input: parse_cudnn_tactic accepts exactly what
 // format_cudnn_tactic writes and rejects anything else without reading out of bounds.
 #pragma once
@@ -71,6 +74,39 @@ inline bool same_cudnn_problem(const CudnnConvShape& a, const CudnnConvShape& b)
         return false;
   }
   return true;
+}
+
+// The configuration that runs the backend's direct kernel (conv.cu) instead of a cuDNN engine.
+inline constexpr std::string_view kDirectConfig = "direct";
+
+// Shared memory the direct kernel needs for `s` (conv.cu's layout: the block's 64 kernels in
+// fragment order, their bias, the tap table, two input tiles of 128 output positions' windows).
+inline std::size_t direct_conv_shared_bytes(const CudnnConvShape& s) {
+  const std::int64_t taps = s.w[2] * s.w[3], kb = (taps + 3) / 4, tile_w = 127 * s.stride[1] + s.w[3];
+  return static_cast<std::size_t>(kb * 2048 + 256 + kb * 16 + 2 * s.w[2] * tile_w * 8);
+}
+
+// Whether the direct kernel runs problem `s`: float16/bfloat16, 2 spatial dims, x's (at most 4)
+// channels padded to 4 channels-last, no groups, a multiple of 64 output channels, dilation 1,
+// windows of at most 32 x 32 and strides of at most 16 (its shared memory then stays below
+// 200 KiB), positions and offsets in int.
+inline bool direct_conv_supported(const CudnnConvShape& s) {
+  if (s.type != DataType::kHALF && s.type != DataType::kBF16) return false;
+  if (s.x.size() != 4 || s.w.size() != 4 || s.y.size() != 4 || s.stride.size() != 2 || s.dilation.size() != 2 ||
+      s.pre.size() != 2)
+    return false;
+  if (s.channels_last != 4 || s.accumulate || s.w[1] != s.x[1] || s.x[1] > 4 || s.y[1] % 64 != 0 || s.y[1] != s.w[0])
+    return false;
+  for (int i = 0; i < 2; ++i)
+    if (s.dilation[i] != 1 || s.stride[i] < 1 || s.stride[i] > 16 || s.w[2 + i] < 1 || s.w[2 + i] > 32 || s.pre[i] < 0 ||
+        s.pre[i] > 32)
+      return false;
+  constexpr std::int64_t kInt = std::int64_t{1} << 31;
+  auto volume = [](const std::vector<std::int64_t>& d, std::int64_t c) { return d[0] * c * d[2] * d[3]; };
+  for (auto v : {s.x[0], s.x[2], s.x[3], s.y[1], s.y[2], s.y[3]})
+    if (v < 1 || v >= (std::int64_t{1} << 24)) return false;
+  if (volume(s.x, 4) >= kInt || volume(s.y, s.y[1]) >= kInt || s.x[0] * s.y[2] * ((s.y[3] + 127) / 128) >= kInt) return false;
+  return direct_conv_shared_bytes(s) <= 200 * 1024;
 }
 
 struct CudnnTactic {
@@ -188,7 +224,7 @@ inline bool parse_cudnn_tactic(std::string_view text, CudnnTactic& out) {
     } else if (k == 11) {
       std::int64_t global = 0;
       std::vector<std::pair<int, std::int64_t>> knobs;
-      if (!parse_cudnn_config(value, global, knobs)) return false;
+      if (value != kDirectConfig && !parse_cudnn_config(value, global, knobs)) return false;
       t.config = std::string(value);
     } else if (!detail::whole_number(value, t.workspace)) {
       return false;
@@ -209,6 +245,7 @@ inline bool parse_cudnn_tactic(std::string_view text, CudnnTactic& out) {
       (s.accumulate || s.w[1] != s.x[1] || s.channels_last < s.x[1] || s.channels_last - s.x[1] >= 8))
     return false;
   if (t.out_channels_last && s.accumulate) return false;
+  if (t.config == kDirectConfig && !direct_conv_supported(s)) return false;
   out = std::move(t);
   return true;
 }
