@@ -49,6 +49,7 @@ if (( ${#targets[@]} > 0 )); then
   printf '%s' "cuda.gemm.cublaslt.fp8.epilogue1/algo:$(printf '0%.0s' {1..64})$(printf 'a1%.0s' {1..32})/ws:1048320" >"$seeds/cuda_tactic/gemm"
   printf '%s' "cuda.gemm.cublaslt.epilogue2" >"$seeds/cuda_tactic/gemm-plain"
   printf '%s' "cuda.convolution.cudnn/t:1/x:64x64x56x56/w:64x64x3x3/y:64x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:0/l:64/o:1/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:131" >"$seeds/cuda_tactic/chained"
+  printf '%s' "cuda.convolution.cudnn/t:1/x:64x3x224x224/w:64x3x7x7/y:64x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4/o:1/cfg:direct/ws:0" >"$seeds/cuda_tactic/direct"
   # the engine plan target's seed is its own network's plan (it must name that network's constants)
   [[ -x $fuzz_dir/fuzz_engine_plan ]] && TENSORACLE_FUZZ_WRITE_SEEDS="$seeds/engine_plan" "$fuzz_dir/fuzz_engine_plan" -runs=0 >/dev/null 2>&1
   for t in "${targets[@]}"; do

@@ -3,7 +3,8 @@
 // (backends/cuda/gemm_tactic.h). A string is accepted only if it is exactly what the format
 // function writes for what was read (checked, trapping otherwise), with every invariant the
 // backend relies on: for convolutions 4-D or 5-D tensors of positive dims, matching spatial
-// fields, a known float type, a configuration that parses, a channels-last count that holds
+// fields, a known float type, a configuration that parses (or the direct kernel's, only for a
+// problem it runs), a channels-last count that holds
 // the channels, a channels-last output never on a bias written first, and same_cudnn_problem()
 // safe on what was read; for matrix multiplies a known
 // base and hex digits for the algorithm.
@@ -39,7 +40,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         s.dilation.size() == r - 2 && s.pre.size() == r - 2 && s.post.size() == r - 2);
   std::int64_t global = -1;
   std::vector<std::pair<int, std::int64_t>> knobs;
-  check(cuda::parse_cudnn_config(t.config, global, knobs) && global >= 0);
+  // The configuration: cuDNN's (an engine index and knobs), or the backend's direct kernel only
+  // for a problem it runs (a 4-channel channels-last plan of int-sized, 2-D float16/bfloat16).
+  if (t.config == cuda::kDirectConfig)
+    check(cuda::direct_conv_supported(s) && s.channels_last == 4 && r == 4 &&
+          cuda::direct_conv_shared_bytes(s) <= 200 * 1024);
+  else
+    check(cuda::parse_cudnn_config(t.config, global, knobs) && global >= 0);
   // Channels-last copies hold x's channels (the backend sizes them from the padded count).
   check(s.channels_last == 0 ||
         (!s.accumulate && s.w[1] == s.x[1] && s.channels_last >= s.x[1] && s.channels_last < s.x[1] + 8));

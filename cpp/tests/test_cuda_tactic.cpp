@@ -250,6 +250,10 @@ TEST(CudnnTactic, TheDirectKernelsConfigurationOnlyForItsProblems) {
          false, 4};
   });
   refused("2^31 output elements", [](CudnnConvShape& s) { s.x[0] = s.y[0] = 4096; });
+  // Found by fuzz_cuda_tactic: the sizes' products overflowed before they were bounded.
+  refused("a batch of 6466666666666666666", [](CudnnConvShape& s) { s.y[0] = 6466666666666666666; });
+  refused("another batch in y", [](CudnnConvShape& s) { s.y[0] = 7; });
+  refused("an image 2^40 wide", [](CudnnConvShape& s) { s.x[3] = std::int64_t{1} << 40; });
   // Shared memory past 200 KiB: a 32 x 32 window at stride 16.
   refused("too wide a tile", [](CudnnConvShape& s) {
     s.w[2] = s.w[3] = 32;

@@ -22,6 +22,7 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -101,11 +102,21 @@ inline bool direct_conv_supported(const CudnnConvShape& s) {
     if (s.dilation[i] != 1 || s.stride[i] < 1 || s.stride[i] > 16 || s.w[2 + i] < 1 || s.w[2 + i] > 32 || s.pre[i] < 0 ||
         s.pre[i] > 32)
       return false;
-  constexpr std::int64_t kInt = std::int64_t{1} << 31;
-  auto volume = [](const std::vector<std::int64_t>& d, std::int64_t c) { return d[0] * c * d[2] * d[3]; };
-  for (auto v : {s.x[0], s.x[2], s.x[3], s.y[1], s.y[2], s.y[3]})
-    if (v < 1 || v >= (std::int64_t{1} << 24)) return false;
-  if (volume(s.x, 4) >= kInt || volume(s.y, s.y[1]) >= kInt || s.x[0] * s.y[2] * ((s.y[3] + 127) / 128) >= kInt) return false;
+  if (s.y[0] != s.x[0]) return false;
+  // Products of factors in [1, 2^24) below 2^31, multiplied one at a time (no overflow: each
+  // partial product is below 2^31 before the next factor).
+  auto below_int = [](std::initializer_list<std::int64_t> factors) {
+    std::int64_t p = 1;
+    for (std::int64_t f : factors) {
+      if (f < 1 || f >= (std::int64_t{1} << 24)) return false;
+      p *= f;
+      if (p >= (std::int64_t{1} << 31)) return false;
+    }
+    return true;
+  };
+  if (!below_int({s.x[0], 4, s.x[2], s.x[3]}) || !below_int({s.y[0], s.y[1], s.y[2], s.y[3]}) ||
+      !below_int({s.y[0], s.y[2], (s.y[3] + 127) / 128}))
+    return false;
   return direct_conv_shared_bytes(s) <= 200 * 1024;
 }
 
