@@ -63,6 +63,49 @@ void expect_close(const float* got, const Linear& m, const std::vector<float>& x
   EXPECT_LT(worst, 1e-5) << rows << " rows";  // float32 throughout: no TF32 (that would be ~1e-3)
 }
 
+// float16 or bfloat16 bits (t) of each value, rounded to nearest even.
+std::vector<std::uint16_t> to_16bit(DataType t, const std::vector<float>& v) {
+  std::vector<std::uint16_t> h(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
+  return h;
+}
+
+// n integers drawn uniformly from [lo, hi], as floats (sums of their products stay exact).
+std::vector<float> integers(std::size_t n, int lo, int hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& e : v) e = static_cast<float>(d(rng));
+  return v;
+}
+
+// How many of the n 16-bit values differ between a and b; `first`: the lowest index that does.
+std::size_t differing(const std::uint16_t* a, const std::uint16_t* b, std::size_t n, std::size_t& first) {
+  std::size_t differ = 0;
+  for (std::size_t i = n; i-- > 0;)
+    if (a[i] != b[i]) ++differ, first = i;
+  return differ;
+}
+
+// An engine of `graph`, whose one input "x" is fixed at `dims`, built for `device` at `level`.
+template <class Graph>
+std::vector<std::byte> fixed_engine(const Graph& graph, const Dims& dims, const char* device, int level) {
+  EngineBuild d;
+  d.inputs["x"] = InputShape::fixed(dims);
+  d.settings.device = device;
+  d.settings.optimization_level = level;
+  return build_serialized_engine(graph, d);
+}
+
+// Output "y" of the engine run on x (float16 or bfloat16 bits, t), as floats.
+std::vector<float> output_y(const std::vector<std::byte>& bytes, DataType t, const Dims& dims, const std::uint16_t* x) {
+  auto r = Engine::deserialize(bytes).create_execution().run({{"x", {t, dims, x}}});
+  const auto* h = reinterpret_cast<const std::uint16_t*>(r.at("y").data.get());
+  std::vector<float> v(static_cast<std::size_t>(r.at("y").dims.volume()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = t == DataType::kHALF ? core::half_to_float(h[i]) : core::bf16_to_float(h[i]);
+  return v;
+}
+
 struct DeviceBuffer {
   void* p = nullptr;
   explicit DeviceBuffer(std::size_t n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
@@ -577,11 +620,7 @@ TEST(Cuda, ChannelsLastCudnnConvolutionsMatchTheCpuBackend) {
     for (DataType t : {DataType::kHALF, DataType::kBF16}) {
       std::int64_t kvol = 1;
       for (int i = 0; i < c.kernel.rank(); ++i) kvol *= c.kernel[i];
-      auto narrow = [&](const std::vector<float>& v) {
-        std::vector<std::uint16_t> h(v.size());
-        for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
-        return h;
-      };
+      auto narrow = [&](const std::vector<float>& v) { return to_16bit(t, v); };
       const auto w = narrow(uniform(static_cast<std::size_t>(c.k * c.x[1] * kvol), -0.3f, 0.3f, ++seed));
       const auto b = narrow(uniform(static_cast<std::size_t>(c.k), -0.5f, 0.5f, ++seed));
       const auto x = narrow(uniform(static_cast<std::size_t>(c.x.volume()), -1.f, 1.f, ++seed));
@@ -599,20 +638,8 @@ TEST(Cuda, ChannelsLastCudnnConvolutionsMatchTheCpuBackend) {
         net.mark_output(y);
       };
       const std::string what = "x " + c.x.str() + " kernel " + c.kernel.str() + (t == DataType::kHALF ? " float16" : " bfloat16");
-      auto build = [&](const char* device, int level) {
-        EngineBuild d;
-        d.inputs["x"] = InputShape::fixed(c.x);
-        d.settings.device = device;
-        d.settings.optimization_level = level;
-        return build_serialized_engine(graph, d);
-      };
-      auto values = [&](const std::vector<std::byte>& bytes) {
-        auto r = Engine::deserialize(bytes).create_execution().run({{"x", {t, c.x, x.data()}}});
-        const auto* h = reinterpret_cast<const std::uint16_t*>(r.at("y").data.get());
-        std::vector<float> v(static_cast<std::size_t>(r.at("y").dims.volume()));
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = t == DataType::kHALF ? core::half_to_float(h[i]) : core::bf16_to_float(h[i]);
-        return v;
-      };
+      auto build = [&](const char* device, int level) { return fixed_engine(graph, c.x, device, level); };
+      auto values = [&](const std::vector<std::byte>& bytes) { return output_y(bytes, t, c.x, x.data()); };
       const std::vector<float> ref = values(build("cpu", 0));
       const std::string field = "/l:" + std::to_string(c.padded) + "/";
       for (int level : {0, 3}) {
@@ -648,11 +675,7 @@ TEST(Cuda, ResidualAddAndReluInOnePassMatchTheCpuBackend) {
   int seed = 400;
   for (DataType t : {DataType::kFLOAT, DataType::kHALF, DataType::kBF16}) {
     for (int variant = 0; variant < 3; ++variant) {
-      auto narrow = [&](const std::vector<float>& v) {
-        std::vector<std::uint16_t> h(v.size());
-        for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
-        return h;
-      };
+      auto narrow = [&](const std::vector<float>& v) { return to_16bit(t, v); };
       const auto wf = uniform(16 * 16 * 9, -0.2f, 0.2f, ++seed), bf = uniform(16, -0.5f, 0.5f, ++seed);
       const auto xf = uniform(static_cast<std::size_t>(xd.volume()), -1.f, 1.f, ++seed), rf = uniform(16, -1.f, 1.f, ++seed);
       const auto wh = narrow(wf), bh = narrow(bf), xh = narrow(xf), rh = narrow(rf);
@@ -722,11 +745,7 @@ TEST(Cuda, ChannelsLastValuesBetweenConvolutionsMatchTheCpuBackend) {
   };
   int seed = 500;
   for (DataType t : {DataType::kHALF, DataType::kBF16}) {
-    auto narrow = [&](const std::vector<float>& v) {
-      std::vector<std::uint16_t> h(v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
-      return h;
-    };
+    auto narrow = [&](const std::vector<float>& v) { return to_16bit(t, v); };
     std::vector<std::vector<std::uint16_t>> weights;  // kept alive while building
     auto conv = [&](Network& net, Tensor* in, int cin, int k, int size, int stride, bool bias) {
       weights.push_back(narrow(uniform(static_cast<std::size_t>(k * cin * size * size), -0.25f, 0.25f, ++seed)));
@@ -760,20 +779,8 @@ TEST(Cuda, ChannelsLastValuesBetweenConvolutionsMatchTheCpuBackend) {
       net.mark_output(y);
     };
     auto x = narrow(uniform(static_cast<std::size_t>(xd.volume()), -1.f, 1.f, 501));
-    auto build = [&](const char* device, int level) {
-      EngineBuild d;
-      d.inputs["x"] = InputShape::fixed(xd);
-      d.settings.device = device;
-      d.settings.optimization_level = level;
-      return build_serialized_engine(graph, d);
-    };
-    auto values = [&](const std::vector<std::byte>& bytes) {
-      auto r = Engine::deserialize(bytes).create_execution().run({{"x", {t, xd, x.data()}}});
-      const auto* h = reinterpret_cast<const std::uint16_t*>(r.at("y").data.get());
-      std::vector<float> v(static_cast<std::size_t>(r.at("y").dims.volume()));
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t == DataType::kHALF ? core::half_to_float(h[i]) : core::bf16_to_float(h[i]);
-      return v;
-    };
+    auto build = [&](const char* device, int level) { return fixed_engine(graph, xd, device, level); };
+    auto values = [&](const std::vector<std::byte>& bytes) { return output_y(bytes, t, xd, x.data()); };
     const std::string what = t == DataType::kHALF ? "float16" : "bfloat16";
     const std::vector<float> ref = values(build("cpu", 0));
     // Six layers of products, each result rounded to the type, the last one a sum that cancels:
@@ -849,26 +856,15 @@ TEST(Cuda, PoolingsOfChannelsLastValuesMatchTheCpuBackendExactly) {
     float blend;
     const char* name;
   };
-  auto ints = [](std::size_t n, int lo, int hi, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> d(lo, hi);
-    std::vector<float> v(n);
-    for (auto& e : v) e = static_cast<float>(d(rng));
-    return v;
-  };
   for (DataType t : {DataType::kHALF, DataType::kBF16}) {
-    auto narrow = [&](const std::vector<float>& v) {
-      std::vector<std::uint16_t> h(v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
-      return h;
-    };
+    auto narrow = [&](const std::vector<float>& v) { return to_16bit(t, v); };
     for (int rank : {2, 1}) {
       const Dims xd = rank == 2 ? Dims{2, 16, 13, 11} : Dims{2, 16, 29};
       const Dims window = rank == 2 ? Dims{3, 3} : Dims{3}, pad = rank == 2 ? Dims{1, 1} : Dims{1};
       // Data in [-1, 1], kernel in {-1, 0, 1}, bias in [-4, 4]: every value an integer below 160.
-      const auto x = narrow(ints(static_cast<std::size_t>(xd.volume()), -1, 1, 601));
-      const auto w = narrow(ints(static_cast<std::size_t>(16 * 16 * (rank == 2 ? 9 : 3)), -1, 1, 602));
-      const auto bias = narrow(ints(16, -4, 4, 603));
+      const auto x = narrow(integers(static_cast<std::size_t>(xd.volume()), -1, 1, 601));
+      const auto w = narrow(integers(static_cast<std::size_t>(16 * 16 * (rank == 2 ? 9 : 3)), -1, 1, 602));
+      const auto bias = narrow(integers(16, -4, 4, 603));
       std::vector<float> eye(16 * 16, 0.f);
       for (int k = 0; k < 16; ++k) eye[static_cast<std::size_t>(k * 16 + k)] = 1.f;
       const auto identity = narrow(eye);
@@ -888,7 +884,7 @@ TEST(Cuda, PoolingsOfChannelsLastValuesMatchTheCpuBackendExactly) {
         ConvolutionParams cp = c->get();
         cp.pre_padding = cp.post_padding = pad;
         c->set(cp);
-        for (const auto& pool : pools) {
+        auto add_pool = [&](const Pool& pool, const char* name) {
           auto* l = net.add_pooling_nd(c->get_output(0), pool.type, pool.window);
           PoolingParams q = l->get();
           q.stride = pool.stride;
@@ -897,33 +893,24 @@ TEST(Cuda, PoolingsOfChannelsLastValuesMatchTheCpuBackendExactly) {
           q.average_count_excludes_padding = pool.exclude;
           q.blend_factor = pool.blend;
           l->set(q);
-          l->set_name(pool.name);
-          l->get_output(0)->set_name(pool.name);
-          net.mark_output(l->get_output(0));
+          l->set_name(name);
+          return l->get_output(0);
+        };
+        for (const auto& pool : pools) {
+          auto* y = add_pool(pool, pool.name);
+          y->set_name(pool.name);
+          net.mark_output(y);
         }
         // The first pooling again, read by an identity 1 x 1 convolution: it stores its output
         // channels-last, which the convolution reads in place (exact: one tap of weight 1).
-        const Pool& first = pools.front();
-        auto* l = net.add_pooling_nd(c->get_output(0), first.type, first.window);
-        PoolingParams q = l->get();
-        q.stride = first.stride;
-        q.pre_padding = first.pre;
-        q.post_padding = first.post;
-        l->set(q);
-        l->set_name("chained_pool");
-        auto* id = net.add_convolution_nd(l->get_output(0), 16, rank == 2 ? Dims{1, 1} : Dims{1},
+        auto* chained = add_pool(pools.front(), "chained_pool");
+        auto* id = net.add_convolution_nd(chained, 16, rank == 2 ? Dims{1, 1} : Dims{1},
                                           Weights(t, identity.data(), static_cast<std::int64_t>(identity.size()), nullptr),
                                           Weights{});
         id->get_output(0)->set_name("chained");
         net.mark_output(id->get_output(0));
       };
-      auto build = [&](const char* device) {
-        EngineBuild d;
-        d.inputs["x"] = InputShape::fixed(xd);
-        d.settings.device = device;
-        d.settings.optimization_level = 3;
-        return build_serialized_engine(graph, d);
-      };
+      auto build = [&](const char* device) { return fixed_engine(graph, xd, device, 3); };
       auto run = [&](const std::vector<std::byte>& bytes) { return Engine::deserialize(bytes).create_execution().run({{"x", {t, xd, x.data()}}}); };
       const std::string what = std::string(t == DataType::kHALF ? "float16" : "bfloat16") + " rank " + std::to_string(rank);
       const auto bytes = build("cuda:0");
@@ -946,9 +933,8 @@ TEST(Cuda, PoolingsOfChannelsLastValuesMatchTheCpuBackendExactly) {
         ASSERT_EQ(a.dims, b.dims) << what << " " << name;
         const auto* pa = reinterpret_cast<const std::uint16_t*>(a.data.get());
         const auto* pb = reinterpret_cast<const std::uint16_t*>(b.data.get());
-        std::size_t differ = 0, first = 0;
-        for (std::size_t i = static_cast<std::size_t>(a.dims.volume()); i-- > 0;)
-          if (pa[i] != pb[i]) ++differ, first = i;
+        std::size_t first = 0;
+        const std::size_t differ = differing(pa, pb, static_cast<std::size_t>(a.dims.volume()), first);
         EXPECT_EQ(differ, 0u) << what << " " << name << ": first at " << first << " (cpu " << pa[first] << ", cuda "
                               << pb[first] << ")";
       }
@@ -964,11 +950,7 @@ TEST(Cuda, PoolingsOfChannelsLastValuesMatchTheCpuBackendExactly) {
 TEST(Cuda, AMaxPoolBetweenChannelsLastConvolutionsMatchesTheCpuBackend) {
   const Dims xd{2, 8, 20, 20};
   for (DataType t : {DataType::kHALF, DataType::kBF16}) {
-    auto narrow = [&](const std::vector<float>& v) {
-      std::vector<std::uint16_t> h(v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
-      return h;
-    };
+    auto narrow = [&](const std::vector<float>& v) { return to_16bit(t, v); };
     std::vector<std::vector<std::uint16_t>> weights;
     int seed = 700;
     auto conv = [&](Network& net, Tensor* in, int cin, int k, int size, int stride) {
@@ -1003,20 +985,8 @@ TEST(Cuda, AMaxPoolBetweenChannelsLastConvolutionsMatchesTheCpuBackend) {
       net.mark_output(y);
     };
     auto x = narrow(uniform(static_cast<std::size_t>(xd.volume()), -1.f, 1.f, 701));
-    auto build = [&](const char* device) {
-      EngineBuild d;
-      d.inputs["x"] = InputShape::fixed(xd);
-      d.settings.device = device;
-      d.settings.optimization_level = 3;
-      return build_serialized_engine(graph, d);
-    };
-    auto values = [&](const std::vector<std::byte>& bytes) {
-      auto res = Engine::deserialize(bytes).create_execution().run({{"x", {t, xd, x.data()}}});
-      const auto* h = reinterpret_cast<const std::uint16_t*>(res.at("y").data.get());
-      std::vector<float> v(static_cast<std::size_t>(res.at("y").dims.volume()));
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t == DataType::kHALF ? core::half_to_float(h[i]) : core::bf16_to_float(h[i]);
-      return v;
-    };
+    auto build = [&](const char* device) { return fixed_engine(graph, xd, device, 3); };
+    auto values = [&](const std::vector<std::byte>& bytes) { return output_y(bytes, t, xd, x.data()); };
     const std::string what = t == DataType::kHALF ? "float16" : "bfloat16";
     const auto bytes = build("cuda:0");
     Engine e = Engine::deserialize(bytes);
@@ -1069,24 +1039,13 @@ TEST(Cuda, TheDirectFirstLayerKernelMatchesTheCpuBackendExactly) {
     Env() { setenv("TENSORACLE_CONV_DIRECT", "1", 1); }
     ~Env() { unsetenv("TENSORACLE_CONV_DIRECT"); }
   };
-  auto ints = [](std::size_t n, int lo, int hi, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> d(lo, hi);
-    std::vector<float> v(n);
-    for (auto& e : v) e = static_cast<float>(d(rng));
-    return v;
-  };
   const Dims xd{2, 3, 21, 300};
   for (DataType t : {DataType::kHALF, DataType::kBF16}) {
-    auto narrow = [&](const std::vector<float>& v) {
-      std::vector<std::uint16_t> h(v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DataType::kHALF ? core::float_to_half(v[i]) : core::float_to_bf16(v[i]);
-      return h;
-    };
+    auto narrow = [&](const std::vector<float>& v) { return to_16bit(t, v); };
     // |sums| <= 3 * 49 * 4 + 8: integers, exact in float16; bfloat16 rounds the same exact sum once on both.
-    const auto x = narrow(ints(static_cast<std::size_t>(xd.volume()), -2, 2, 801));
-    const auto w7 = narrow(ints(64 * 3 * 49, -2, 2, 802)), w5 = narrow(ints(128 * 3 * 15, -2, 2, 803));
-    const auto b64 = narrow(ints(64, -8, 8, 804));
+    const auto x = narrow(integers(static_cast<std::size_t>(xd.volume()), -2, 2, 801));
+    const auto w7 = narrow(integers(64 * 3 * 49, -2, 2, 802)), w5 = narrow(integers(128 * 3 * 15, -2, 2, 803));
+    const auto b64 = narrow(integers(64, -8, 8, 804));
     for (int variant = 0; variant < 3; ++variant) {
       auto graph = [&](Network& net) {
         auto* in = net.add_input("x", t, xd);
@@ -1116,13 +1075,7 @@ TEST(Cuda, TheDirectFirstLayerKernelMatchesTheCpuBackendExactly) {
           net.mark_output(pl->get_output(0));
         }
       };
-      auto build = [&](const char* device) {
-        EngineBuild d;
-        d.inputs["x"] = InputShape::fixed(xd);
-        d.settings.device = device;
-        d.settings.optimization_level = 3;
-        return build_serialized_engine(graph, d);
-      };
+      auto build = [&](const char* device) { return fixed_engine(graph, xd, device, 3); };
       const std::string what = std::string(t == DataType::kHALF ? "float16" : "bfloat16") + " variant " + std::to_string(variant);
       std::vector<std::byte> bytes;
       {
@@ -1144,9 +1097,8 @@ TEST(Cuda, TheDirectFirstLayerKernelMatchesTheCpuBackendExactly) {
       ASSERT_EQ(ra.dims, ga.dims) << what;
       const auto* pa = reinterpret_cast<const std::uint16_t*>(ra.data.get());
       const auto* pb = reinterpret_cast<const std::uint16_t*>(ga.data.get());
-      std::size_t differ = 0, first = 0;
-      for (std::size_t i = static_cast<std::size_t>(ra.dims.volume()); i-- > 0;)
-        if (pa[i] != pb[i]) ++differ, first = i;
+      std::size_t first = 0;
+      const std::size_t differ = differing(pa, pb, static_cast<std::size_t>(ra.dims.volume()), first);
       EXPECT_EQ(differ, 0u) << what << ": first at " << first << " (cpu " << pa[first] << ", cuda " << pb[first] << ")";
       EXPECT_EQ(run(bytes).at("y").dims, ga.dims) << what;  // reopened
     }

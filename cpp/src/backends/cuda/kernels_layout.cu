@@ -937,6 +937,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Calls tap(ih, iw) for the taps of a 2-D window whose first tap is (sh, sw) that lie in
+// [h0, h1) x [w0, w1), in row-major order; unrolled where the window's size KH x KW is known at
+// compile time (KH = KW = 0: the loops run over the clipped ranges).
+template <int KH, int KW, class F>
+__device__ __forceinline__ void for_each_tap_2d(int sh, int sw, int h0, int h1, int w0, int w1, F&& tap) {
+  if constexpr (KH > 0 && KW > 0) {
+#pragma unroll
+    for (int dh = 0; dh < KH; ++dh) {
+      const int ih = sh + dh;
+      if (ih < h0 || ih >= h1) continue;
+#pragma unroll
+      for (int dw = 0; dw < KW; ++dw) {
+        const int iw = sw + dw;
+        if (iw >= w0 && iw < w1) tap(ih, iw);
+      }
+    }
+  } else {
+    for (int ih = h0; ih < h1; ++ih)
+      for (int iw = w0; iw < w1; ++iw) tap(ih, iw);
+  }
+}
+
 // Two spatial dims (no depth) with every input offset below 2^31: the same window, order and
 // arithmetic as pool_kernel in int coordinates, the window's size known at compile time for the
 // common 2 x 2 and 3 x 3 (KH = KW = 0: from the arguments). Taps outside [h0, h1) x [w0, w1) are
@@ -969,21 +991,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     const typename Tag::T* xc = x + r * static_cast<u32>(a.in_h * a.in_w);
     PoolAcc acc;
-    if constexpr (KH > 0 && KW > 0) {
-#pragma unroll
-      for (int dh = 0; dh < KH; ++dh) {
-        const int ih = sh + dh;
-        if (ih < h0 || ih >= h1) continue;
-#pragma unroll
-        for (int dw = 0; dw < KW; ++dw) {
-          const int iw = sw + dw;
-          if (iw >= w0 && iw < w1) acc.add(Tag::load(xc[ih * a.in_w + iw]), want_max, want_avg);
-        }
-      }
-    } else {
-      for (int ih = h0; ih < h1; ++ih)
-        for (int iw = w0; iw < w1; ++iw) acc.add(Tag::load(xc[ih * a.in_w + iw]), want_max, want_avg);
-    }
+    for_each_tap_2d<KH, KW>(sh, sw, h0, h1, w0, w1,
+                            [&](int ih, int iw) { acc.add(Tag::load(xc[ih * a.in_w + iw]), want_max, want_avg); });
     const int ph = (sh + kh < a.lim_h ? sh + kh : a.lim_h) - sh, pw = (sw + kw < a.lim_w ? sw + kw : a.lim_w) - sw;
     y[i] = Tag::store(acc.value(a.type, a.exclude, a.blend, static_cast<double>(count),
                                 static_cast<double>(ph) * static_cast<double>(pw)));
@@ -1116,21 +1125,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[k].add(Tag::load(e[k]), want_max, want_avg);
       };
-      if constexpr (KH > 0 && KW > 0) {
-#pragma unroll
-        for (int dh = 0; dh < KH; ++dh) {
-          const int ih = sh + dh;
-          if (ih < h0 || ih >= h1) continue;
-#pragma unroll
-          for (int dw = 0; dw < KW; ++dw) {
-            const int iw = sw + dw;
-            if (iw >= w0 && iw < w1) tap(ih, iw);
-          }
-        }
-      } else {
-        for (int ih = h0; ih < h1; ++ih)
-          for (int iw = w0; iw < w1; ++iw) tap(ih, iw);
-      }
+      for_each_tap_2d<KH, KW>(sh, sw, h0, h1, w0, w1, tap);
       const int ph = (sh + kh < a.lim_h ? sh + kh : a.lim_h) - sh, pw = (sw + kw < a.lim_w ? sw + kw : a.lim_w) - sw;
 #pragma unroll
       for (int k = 0; k < V; ++k)
