@@ -771,6 +771,41 @@ TEST(CpuConvPool, MaxPropagatesNaNAndIgnoresPadding) {
   EXPECT_EQ(out.get(4), -2.0);
 }
 
+// A 2-D max pool runs tap by tap over whole output rows; it keeps the window-by-window
+// semantics: the first of equal values (-0 before +0), -inf windows, and a NaN row (recomputed
+// window by window) giving NaN only where a window holds the NaN.
+TEST(CpuConvPool, MaxRowsKeepTheFirstOfEqualValuesAndNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (DataType t : kTypes) {
+    Tensor x(t, Dims{1, 1, 4, 4});
+    const std::vector<double> v{-0.0, 0.0, -inf, -inf,  // row 0
+                                0.0, -0.0, -inf, -inf,  // row 1
+                                0.0, -0.0, 7.0, nan,    // row 2
+                                -0.0, 0.0, 1.0, 2.0};   // row 3
+    for (int i = 0; i < 16; ++i) x.set(i, v[static_cast<std::size_t>(i)]);
+    PoolSpec p{.x = {1, 1, 4, 4}, .window = {2, 2}, .s = {2, 2}};
+    Tensor out = run_pool(p, t, x);
+    ASSERT_EQ(out.size(), 4) << type_str(t);
+    EXPECT_EQ(out.get(0), 0.0) << type_str(t);
+    EXPECT_TRUE(std::signbit(out.get(0))) << type_str(t) << ": the first zero of the window is -0";
+    EXPECT_EQ(out.get(1), -inf) << type_str(t);
+    EXPECT_EQ(out.get(2), 0.0) << type_str(t);
+    EXPECT_FALSE(std::signbit(out.get(2))) << type_str(t) << ": the first zero of the window is +0";
+    EXPECT_TRUE(std::isnan(out.get(3))) << type_str(t);
+    // Padded windows (3 x 3, stride (2, 3)): in w the first holds column 0, the second 1-3.
+    PoolSpec q{.x = {1, 1, 4, 4}, .window = {3, 3}, .s = {2, 3}, .pre = {1, 2}, .post = {1, 2}};
+    Tensor padded = run_pool(q, t, x);
+    ASSERT_EQ(padded.size(), 4) << type_str(t);
+    EXPECT_EQ(padded.get(0), 0.0) << type_str(t);    // rows 0-1, column 0: -0, +0 -> -0
+    EXPECT_TRUE(std::signbit(padded.get(0))) << type_str(t);
+    EXPECT_EQ(padded.get(1), 0.0) << type_str(t);    // rows 0-1, columns 1-3: +0 first
+    EXPECT_FALSE(std::signbit(padded.get(1))) << type_str(t);
+    EXPECT_EQ(padded.get(2), 0.0) << type_str(t);    // rows 1-3, column 0: +0 first
+    EXPECT_FALSE(std::signbit(padded.get(2))) << type_str(t);
+    EXPECT_TRUE(std::isnan(padded.get(3))) << type_str(t);  // rows 1-3, columns 2-3 hold the NaN
+  }
+}
+
 TEST(CpuConvPool, RejectsWrongOutput) {
   Tensor x(kF32, Dims{1, 1, 6, 6});
   PoolingParams p;

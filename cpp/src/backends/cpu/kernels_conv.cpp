@@ -751,51 +751,104 @@ void pool(const PoolingParams& p, const Geo& g, const TensorRef& x, const Tensor
   // past it and are clipped there). SAME windows never reach past their computed padding.
   std::array<i64, kS> lim{};
   for (int i = 0; i < kS; ++i) lim[i] = g.same ? INT64_MAX / 4 : g.in[i] + g.post[i];
+  // One output row (n, c, od, oh), window by window: the taps in row-major order, a NaN sticks,
+  // the average's sum in double.
+  auto exact_row = [&](i64 r) {
+    const i64 oh = r % OH, od = (r / OH) % OD, nc = r / (OH * OD);
+    const T* xc = xs + nc * g.in_sp;
+    T* orow = os + r * OW;
+    // Window bounds in d and h.
+    const i64 sd = od * g.s[0] - g.pre[0], sh = oh * g.s[1] - g.pre[1];
+    const i64 d0 = std::max<i64>(0, sd), d1 = std::min(g.in[0], sd + g.k[0]);
+    const i64 h0 = std::max<i64>(0, sh), h1 = std::min(g.in[1], sh + g.k[1]);
+    const i64 pd = std::min(sd + g.k[0], lim[0]) - sd, ph = std::min(sh + g.k[1], lim[1]) - sh;
+    for (i64 ow = 0; ow < OW; ++ow) {
+      const i64 sw = ow * g.s[2] - g.pre[2];
+      const i64 w0 = std::max<i64>(0, sw), w1 = std::min(g.in[2], sw + g.k[2]);
+      const i64 pw = std::min(sw + g.k[2], lim[2]) - sw;
+      const i64 count = std::max<i64>(0, d1 - d0) * std::max<i64>(0, h1 - h0) * std::max<i64>(0, w1 - w0);
+      if (count == 0) {  // a window entirely in (or past) the padding
+        orow[ow] = Tr::store(0.f);
+        continue;
+      }
+      float mx = -INFINITY;
+      double sum = 0.0;
+      for (i64 id = d0; id < d1; ++id) {
+        for (i64 ih = h0; ih < h1; ++ih) {
+          const T* xrow = xc + (id * g.in[1] + ih) * g.in[2];
+          if (want_max) {
+            for (i64 iw = w0; iw < w1; ++iw) {
+              const float v = Tr::load(xrow[iw]);
+              if (v > mx || std::isnan(v)) mx = std::isnan(mx) ? mx : v;
+            }
+          }
+          if (want_avg)
+            for (i64 iw = w0; iw < w1; ++iw) sum += Tr::load(xrow[iw]);
+        }
+      }
+      double result;
+      if (p.type == PoolingType::kMAX) {
+        result = mx;
+      } else {
+        const double div =
+            p.average_count_excludes_padding ? static_cast<double>(count) : static_cast<double>(pd * ph * pw);
+        const double avg = sum / div;
+        result = p.type == PoolingType::kAVERAGE ? avg : blend * static_cast<double>(mx) + (1.0 - blend) * avg;
+      }
+      orow[ow] = Tr::store(static_cast<float>(result));
+    }
+  };
+  if (p.type != PoolingType::kMAX || OD != 1 || g.in[0] != 1 || g.k[0] != 1) {
+    parallel_rows(rows, OW * g.kvol, [&](i64 r0, i64 r1) {
+      for (i64 r = r0; r < r1; ++r) exact_row(r);
+    });
+    return;
+  }
+  // A 2-D max pool, tap by tap over a whole output row: for tap (ih, kw) the outputs whose
+  // window holds it ([lo[kw], hi[kw]) of the row) take it as exact_row would (the taps in the
+  // same order, `v > max` keeping the first of equal values), in a loop the compiler can
+  // pipeline. A row that meets a NaN is recomputed by exact_row (which keeps the first NaN).
+  const i64 H = g.in[1], W = g.in[2], KW = g.k[2], SW = g.s[2], PW = g.pre[2];
+  std::vector<i64> lo(static_cast<std::size_t>(KW)), hi(static_cast<std::size_t>(KW));
+  std::vector<unsigned char> empty(static_cast<std::size_t>(OW), 1);  // no tap inside in w
+  for (i64 kw = 0; kw < KW; ++kw) {
+    // ow * SW - PW + kw in [0, W)
+    const i64 a = PW - kw, b = W - 1 + PW - kw;
+    i64 first = a <= 0 ? 0 : (a + SW - 1) / SW, last = b < 0 ? -1 : b / SW;
+    first = std::max<i64>(first, 0);
+    last = std::min(last, OW - 1);
+    lo[static_cast<std::size_t>(kw)] = first;
+    hi[static_cast<std::size_t>(kw)] = std::max(first, last + 1);
+    for (i64 ow = first; ow <= last; ++ow) empty[static_cast<std::size_t>(ow)] = 0;
+  }
   parallel_rows(rows, OW * g.kvol, [&](i64 r0, i64 r1) {
+    std::vector<float> acc(static_cast<std::size_t>(OW));
     for (i64 r = r0; r < r1; ++r) {
-      const i64 oh = r % OH, od = (r / OH) % OD, nc = r / (OH * OD);
+      const i64 oh = r % OH, nc = r / OH;
       const T* xc = xs + nc * g.in_sp;
       T* orow = os + r * OW;
-      // Window bounds in d and h.
-      const i64 sd = od * g.s[0] - g.pre[0], sh = oh * g.s[1] - g.pre[1];
-      const i64 d0 = std::max<i64>(0, sd), d1 = std::min(g.in[0], sd + g.k[0]);
-      const i64 h0 = std::max<i64>(0, sh), h1 = std::min(g.in[1], sh + g.k[1]);
-      const i64 pd = std::min(sd + g.k[0], lim[0]) - sd, ph = std::min(sh + g.k[1], lim[1]) - sh;
-      for (i64 ow = 0; ow < OW; ++ow) {
-        const i64 sw = ow * g.s[2] - g.pre[2];
-        const i64 w0 = std::max<i64>(0, sw), w1 = std::min(g.in[2], sw + g.k[2]);
-        const i64 pw = std::min(sw + g.k[2], lim[2]) - sw;
-        const i64 count = std::max<i64>(0, d1 - d0) * std::max<i64>(0, h1 - h0) * std::max<i64>(0, w1 - w0);
-        if (count == 0) {  // a window entirely in (or past) the padding
-          orow[ow] = Tr::store(0.f);
-          continue;
-        }
-        float mx = -INFINITY;
-        double sum = 0.0;
-        for (i64 id = d0; id < d1; ++id) {
-          for (i64 ih = h0; ih < h1; ++ih) {
-            const T* xrow = xc + (id * g.in[1] + ih) * g.in[2];
-            if (want_max) {
-              for (i64 iw = w0; iw < w1; ++iw) {
-                const float v = Tr::load(xrow[iw]);
-                if (v > mx || std::isnan(v)) mx = std::isnan(mx) ? mx : v;
-              }
-            }
-            if (want_avg)
-              for (i64 iw = w0; iw < w1; ++iw) sum += Tr::load(xrow[iw]);
+      const i64 sh = oh * g.s[1] - g.pre[1];
+      const i64 h0 = std::max<i64>(0, sh), h1 = std::min(H, sh + g.k[1]);
+      std::fill(acc.begin(), acc.end(), -INFINITY);
+      bool nan = false;
+      for (i64 ih = h0; ih < h1; ++ih) {
+        const T* xrow = xc + ih * W;
+        for (i64 kw = 0; kw < KW; ++kw) {
+          const i64 off = kw - PW, e = hi[static_cast<std::size_t>(kw)];
+          for (i64 ow = lo[static_cast<std::size_t>(kw)]; ow < e; ++ow) {
+            const float v = Tr::load(xrow[ow * SW + off]);
+            nan |= v != v;
+            acc[static_cast<std::size_t>(ow)] = v > acc[static_cast<std::size_t>(ow)] ? v : acc[static_cast<std::size_t>(ow)];
           }
         }
-        double result;
-        if (p.type == PoolingType::kMAX) {
-          result = mx;
-        } else {
-          const double div =
-              p.average_count_excludes_padding ? static_cast<double>(count) : static_cast<double>(pd * ph * pw);
-          const double avg = sum / div;
-          result = p.type == PoolingType::kAVERAGE ? avg : blend * static_cast<double>(mx) + (1.0 - blend) * avg;
-        }
-        orow[ow] = Tr::store(static_cast<float>(result));
       }
+      if (nan) {
+        exact_row(r);
+        continue;
+      }
+      const bool none = h1 <= h0;
+      for (i64 ow = 0; ow < OW; ++ow)
+        orow[ow] = Tr::store(none || empty[static_cast<std::size_t>(ow)] ? 0.f : acc[static_cast<std::size_t>(ow)]);
     }
   });
 }
