@@ -48,6 +48,7 @@ if (( ${#targets[@]} > 0 )); then
   printf '%s' "cuda.convolution.cudnn/t:0/x:1x4x6x7x8/w:8x4x3x3x3/y:1x8x6x7x8/s:1x1x1/d:1x1x1/p:1x1x1/q:1x1x1/a:0/cfg:7/ws:0" >"$seeds/cuda_tactic/3d"
   printf '%s' "cuda.gemm.cublaslt.fp8.epilogue1/algo:$(printf '0%.0s' {1..64})$(printf 'a1%.0s' {1..32})/ws:1048320" >"$seeds/cuda_tactic/gemm"
   printf '%s' "cuda.gemm.cublaslt.epilogue2" >"$seeds/cuda_tactic/gemm-plain"
+  printf '%s' "cuda.gemm.sm90.fp8.epilogue3" >"$seeds/cuda_tactic/gemm-fused-fp8"
   printf '%s' "cuda.convolution.cudnn/t:1/x:64x64x56x56/w:64x64x3x3/y:64x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:0/l:64/o:1/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:131" >"$seeds/cuda_tactic/chained"
   printf '%s' "cuda.convolution.cudnn/t:1/x:64x3x224x224/w:64x3x7x7/y:64x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4/o:1/cfg:direct/ws:0" >"$seeds/cuda_tactic/direct"
   # the engine plan target's seed is its own network's plan (it must name that network's constants)

@@ -7,7 +7,7 @@
 // problem it runs), a channels-last count that holds
 // the channels, a channels-last output never on a bias written first, and same_cudnn_problem()
 // safe on what was read; for matrix multiplies a known
-// base and hex digits for the algorithm.
+// base and hex digits for the algorithm, or the fused fp8 GEMM's 2 or 3 epilogue ops.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -30,6 +30,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(cuda::format_gemm_tactic(g) == text);
     check(g.base.starts_with(cuda::kGemmTacticPrefix) && g.base.find('/') == std::string::npos);
     check(g.algo.find_first_not_of("0123456789abcdef") == std::string::npos);
+  }
+  int ops = 0;
+  if (cuda::parse_fused_fp8_tactic(text, ops)) {
+    check((ops == 2 || ops == 3) && cuda::format_fused_fp8_tactic(ops) == text);
+    check(!cuda::parse_gemm_tactic(text, g));  // one reading per string
   }
   cuda::CudnnTactic t;
   if (!cuda::parse_cudnn_tactic(text, t)) return 0;

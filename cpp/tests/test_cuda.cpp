@@ -1265,6 +1265,148 @@ TEST(Cuda, FusedActivationQuantizeMatchesSeparatePasses) {
     }
 }
 
+// Two fp8 linear layers as the MLP bench builds them (Q/DQ around float16 products, weights
+// [N, K] used transposed, bias, GELU erf): on an sm90 GPU the builder may put both into the
+// backend's fused fp8 GEMM (tactic cuda.gemm.sm90.fp8.epilogue<n>: bias + GELU + the next
+// quantize; bias + GELU), which TENSORACLE_FP8_FUSED=1 forces here. Its results match the
+// cuBLASLt + pass engine's (the epilogue table is those passes' arithmetic; only the bias add
+// before the float16 rounding may round differently) and the CPU backend's; 200 rows (a partial
+// second row tile), 1, 33 and 300 rows through a ranged engine, a CUDA graph replay; tactics
+// that do not match the node are refused.
+TEST(Cuda, FusedFp8GemmMatchesCublasltAndTheCpuBackend) {
+  constexpr int K = 256, N1 = 384, N2 = 144;
+  const std::vector<float> w1 = uniform(N1 * K, -0.25f, 0.25f, 81), w2 = uniform(N2 * N1, -0.25f, 0.25f, 82);
+  const std::vector<float> b1 = uniform(N1, -0.5f, 0.5f, 83), b2 = uniform(N2, -0.5f, 0.5f, 84);
+  const float xs = 1.f / 448, ws = 0.25f / 448, hs = 4.f / 448;
+  auto graph = [&](Network& net) {
+    auto constant = [&](Dims d, const float* v) {
+      return net.add_constant(d, Weights::copy_of(DataType::kFLOAT, v, d.volume()))->get_output(0);
+    };
+    auto qdq = [&](Tensor* t, const float& scale) {
+      auto* sc = constant({1}, &scale);
+      auto* q = net.add_quantize(t, sc, DataType::kFP8)->get_output(0);
+      return net.add_dequantize(q, sc, DataType::kHALF)->get_output(0);
+    };
+    auto layer = [&](Tensor* t, float in_scale, const std::vector<float>& w, const std::vector<float>& b, int n, int k) {
+      auto* y = net.add_matrix_multiply(qdq(t, in_scale), MatrixOperation::kNONE, qdq(constant({n, k}, w.data()), ws),
+                                        MatrixOperation::kTRANSPOSE)
+                    ->get_output(0);
+      auto* bias = net.add_cast(constant({1, n}, b.data()), DataType::kHALF)->get_output(0);
+      y = net.add_elementwise(y, bias, ElementWiseOperation::kSUM)->get_output(0);
+      return net.add_activation(y, ActivationType::kGELU_ERF)->get_output(0);
+    };
+    auto* x = net.add_input("x", DataType::kHALF, {-1, K});
+    auto* y = layer(layer(x, xs, w1, b1, N1, K), hs, w2, b2, N2, N1);
+    y->set_name("y");
+    net.mark_output(y);
+  };
+  struct Env {
+    explicit Env(const char* v) { setenv("TENSORACLE_FP8_FUSED", v, 1); }
+    ~Env() { unsetenv("TENSORACLE_FP8_FUSED"); }
+  };
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const bool sm90 = prop.major == 9 && prop.minor == 0;
+  const Dims xd{200, K};
+  const std::vector<std::uint16_t> x = to_16bit(DataType::kHALF, uniform(200 * K, -1.f, 1.f, 85));
+  std::vector<std::byte> fused_bytes, lt_bytes;
+  {
+    Env env("1");
+    fused_bytes = fixed_engine(graph, xd, "cuda:0", 3);
+  }
+  {
+    Env env("0");
+    lt_bytes = fixed_engine(graph, xd, "cuda:0", 3);
+  }
+  std::vector<std::string> fused_tactics;
+  for (const auto& l : Engine::deserialize(fused_bytes).layers())
+    if (l.type == "matrix_multiply") fused_tactics.push_back(l.tactic);
+  ASSERT_EQ(fused_tactics.size(), 2u);
+  if (sm90) {
+    EXPECT_EQ(fused_tactics[0], "cuda.gemm.sm90.fp8.epilogue3");
+    EXPECT_EQ(fused_tactics[1], "cuda.gemm.sm90.fp8.epilogue2");
+  }
+  for (const auto& l : Engine::deserialize(lt_bytes).layers()) {
+    if (l.type == "matrix_multiply") {
+      EXPECT_TRUE(l.tactic.starts_with("cuda.gemm.cublaslt.fp8")) << l.tactic;
+    }
+  }
+
+  const std::vector<float> cpu = output_y(fixed_engine(graph, xd, "cpu", 0), DataType::kHALF, xd, x.data());
+  const std::vector<float> fused = output_y(fused_bytes, DataType::kHALF, xd, x.data());
+  const std::vector<float> lt = output_y(lt_bytes, DataType::kHALF, xd, x.data());
+  ASSERT_EQ(fused.size(), cpu.size());
+  ASSERT_EQ(lt.size(), cpu.size());
+  // Against the CPU (which rounds the product and then the bias sum to float16): a hidden value
+  // whose float16 differs by an ulp can quantize to the neighbouring fp8 code, a step of up to
+  // 16 codes x 4/448 at the top of the range, which moves a second-layer output by up to about
+  // 0.14 x 0.25; a few such per row stay under 0.1 relative, and the mean error within 2% (a
+  // wrong product would be off by its own size).
+  std::size_t differ = 0;
+  double worst_lt = 0, worst_cpu = 0, err = 0, mag = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    differ += fused[i] != lt[i];
+    worst_lt = std::max(worst_lt, std::fabs(double(fused[i]) - lt[i]) / (1 + std::fabs(lt[i])));
+    worst_cpu = std::max(worst_cpu, std::fabs(double(fused[i]) - cpu[i]) / (1 + std::fabs(cpu[i])));
+    err += std::fabs(double(fused[i]) - cpu[i]);
+    mag += std::fabs(cpu[i]);
+  }
+  EXPECT_GT(mag / cpu.size(), 0.5);  // outputs of some size, not zeros everywhere
+  EXPECT_LT(differ, cpu.size() / 100) << differ << " of " << cpu.size() << " differ from cuBLASLt + pass";
+  EXPECT_LT(worst_lt, 2e-2);
+  EXPECT_LT(worst_cpu, 0.1);
+  EXPECT_LT(err, 2e-2 * mag);
+
+  // One execution run twice (the second replays its CUDA graph; the table is built on the first).
+  {
+    Engine e = Engine::deserialize(fused_bytes);
+    auto exec = e.create_execution();
+    for (int round = 0; round < 2; ++round) {
+      auto r = exec.run({{"x", {DataType::kHALF, xd, x.data()}}});
+      const auto* h = reinterpret_cast<const std::uint16_t*>(r.at("y").data.get());
+      for (std::size_t i = 0; i < fused.size(); ++i) ASSERT_EQ(core::half_to_float(h[i]), fused[i]) << "round " << round << " at " << i;
+    }
+  }
+  // Ranged rows: 1, 33 and 300 (three row tiles, the last partial) against the CPU.
+  {
+    Env env("1");
+    EngineBuild d;
+    d.inputs["x"] = InputShape::ranged({1, K}, {64, K}, {300, K});
+    d.settings.device = "cuda:0";
+    Engine e = Engine::deserialize(build_serialized_engine(graph, d));
+    d.settings.device = "cpu";
+    Engine c = Engine::deserialize(build_serialized_engine(graph, d));
+    auto exec = e.create_execution(), cexec = c.create_execution();
+    for (int rows : {1, 33, 300}) {
+      const auto xr = to_16bit(DataType::kHALF, uniform(static_cast<std::size_t>(rows) * K, -1.f, 1.f, 86u + rows));
+      auto g = exec.run({{"x", {DataType::kHALF, {rows, K}, xr.data()}}});
+      auto h = cexec.run({{"x", {DataType::kHALF, {rows, K}, xr.data()}}});
+      const auto* pg = reinterpret_cast<const std::uint16_t*>(g.at("y").data.get());
+      const auto* ph = reinterpret_cast<const std::uint16_t*>(h.at("y").data.get());
+      double worst = 0, err = 0, mag = 0;
+      for (int i = 0; i < rows * N2; ++i) {
+        const double a = core::half_to_float(pg[i]), b = core::half_to_float(ph[i]);
+        worst = std::max(worst, std::fabs(a - b) / (1 + std::fabs(b)));
+        err += std::fabs(a - b);
+        mag += std::fabs(b);
+      }
+      EXPECT_LT(worst, 0.1) << rows << " rows";
+      EXPECT_LT(err, 2e-2 * mag) << rows << " rows";
+    }
+  }
+  // Malformed: a fused tactic whose op count is not the node's epilogue, or no such tactic.
+  if (sm90) {
+    for (const char* bad : {"cuda.gemm.sm90.fp8.epilogue2", "cuda.gemm.sm90.fp8.epilogue4", "cuda.gemm.sm90.fp8.epilogue03"}) {
+      plan::Plan pl = plan::read_engine(fused_bytes, "test", nullptr);
+      bool changed = false;
+      for (auto& node : pl.graph.nodes)
+        if (node.tactic == "cuda.gemm.sm90.fp8.epilogue3") node.tactic = bad, changed = true;
+      ASSERT_TRUE(changed);
+      EXPECT_THROW(Engine::deserialize(plan::write_engine(pl)), CorruptEngineError) << bad;
+    }
+  }
+}
+
 // A plugin's CUDA enqueue: device pointers and the execution's stream. Both outputs marked, or
 // only the second (the first then goes into the node's device workspace); results equal the
 // CPU engine's bit for bit (one multiply and one add, not fused on either side).

@@ -317,6 +317,25 @@ TEST(GemmTactic, RefusesWhatItDoesNotWrite) {
   }
 }
 
+TEST(GemmTactic, TheFusedFp8GemmsTacticNamesTwoOrThreeOps) {
+  for (int ops : {2, 3}) {
+    const std::string text = format_fused_fp8_tactic(ops);
+    EXPECT_EQ(text, "cuda.gemm.sm90.fp8.epilogue" + std::to_string(ops));
+    int back = 0;
+    ASSERT_TRUE(parse_fused_fp8_tactic(text, back)) << text;
+    EXPECT_EQ(back, ops);
+    GemmTactic g;
+    EXPECT_FALSE(parse_gemm_tactic(text, g)) << text;  // not a cuBLASLt tactic
+  }
+  for (const char* bad : {"", "cuda.gemm.sm90.fp8", "cuda.gemm.sm90.fp8.epilogue", "cuda.gemm.sm90.fp8.epilogue1",
+                          "cuda.gemm.sm90.fp8.epilogue4", "cuda.gemm.sm90.fp8.epilogue03", "cuda.gemm.sm90.fp8.epilogue-3",
+                          "cuda.gemm.sm90.fp8.epilogue3/algo:12", "cuda.gemm.sm90.fp8.epilogue3/ws:0", "cuda.gemm.sm90.fp8.epilogue3 ",
+                          "cuda.gemm.sm90.int8.epilogue3", "cuda.gemm.cublaslt.fp8.epilogue3"}) {
+    int ops = 0;
+    EXPECT_FALSE(parse_fused_fp8_tactic(bad, ops)) << bad;
+  }
+}
+
 // The builder now describes a strided convolution's padding after as symmetric where that
 // gives the same output; engines that stored the least padding the last window needs describe
 // the same problem, and run the same cuDNN plan. Anything else is another problem.

@@ -24,6 +24,7 @@
 
 #include "backends/cuda/conv.h"
 #include "backends/cuda/cudnn_conv.h"
+#include "backends/cuda/fp8_gemm.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gemm_tactic.h"
 #include "backends/cuda/kernels.h"
@@ -111,6 +112,38 @@ std::pair<std::size_t, cuda::GemmEpilogue> lt_epilogue(const graph::Graph& g, co
   return {1, cuda::GemmEpilogue::kBIAS};
 }
 
+
+// The epilogue the fused fp8 GEMM (fp8_gemm.h) can apply to node `n`: a folded fp8 product into
+// float16 whose first operand is used as is and second is a [N, K] matrix used transposed (a
+// linear layer's weight), with the epilogue a constant bias row, GELU (erf) and, optionally,
+// the next layer's per-tensor fp8 quantize by a constant scale (the lookup table bakes it in);
+// nothing after them.
+std::optional<cuda::Fp8Epilogue> fused_fp8_epilogue(const graph::Graph& g, const graph::Node& n) {
+  const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
+  if (!mm || !n.quantized() || graph::arithmetic_type(g, n) != DataType::kFP8 || n.main_desc.type != DataType::kHALF)
+    return std::nullopt;
+  if (mm->op0 != MatrixOperation::kNONE || mm->op1 != MatrixOperation::kTRANSPOSE) return std::nullopt;
+  if (g.values[static_cast<std::size_t>(n.inputs[0])].desc.dims.rank() < 2 ||
+      g.values[static_cast<std::size_t>(n.inputs[1])].desc.dims.rank() != 2)
+    return std::nullopt;
+  if (lt_epilogue(g, n) != std::pair<std::size_t, cuda::GemmEpilogue>{1, cuda::GemmEpilogue::kBIAS}) return std::nullopt;
+  if (n.epilogue.size() < 2 || n.epilogue.size() > 3) return std::nullopt;
+  const auto* act = std::get_if<ActivationParams>(&n.epilogue[1].params);
+  if (!act || act->type != ActivationType::kGELU_ERF || n.epilogue[1].desc.type != DataType::kHALF) return std::nullopt;
+  if (n.epilogue.size() == 2) return cuda::Fp8Epilogue::kBIAS_GELU;
+  const auto* q = std::get_if<QuantizeParams>(&n.epilogue[2].params);
+  if (!q || q->to != DataType::kFP8 || n.epilogue[2].operand < 0) return std::nullopt;
+  const auto& scale = g.values[static_cast<std::size_t>(n.epilogue[2].operand)];
+  if (!scale.constant || scale.desc.dims.volume() != 1) return std::nullopt;
+  return cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE;
+}
+
+// TENSORACLE_FP8_FUSED (diagnostics, tests): "0" never takes the fused fp8 GEMM, "1" takes it
+// wherever it runs, at any optimization level; otherwise the builder times it from level 2.
+std::string_view fused_fp8_choice() {
+  const char* env = std::getenv("TENSORACLE_FP8_FUSED");
+  return env ? env : "";
+}
 
 // Fills `bytes` of device memory at `p` with values of magnitude 0.5 to 1, random signs and
 // mantissas (int8: any byte), for timing candidates: tensor cores run measurably faster on
@@ -211,6 +244,10 @@ class CudaNodeKernel final : public NodeKernel {
   // Scratch of the node's own op at these shapes (`main` describes its result).
   std::size_t main_workspace(std::span<const Buffer> in, const graph::TensorDesc& main) const {
     const cuda::TensorRef o{nullptr, main.type, main.dims};
+    // The fused fp8 GEMM's fallback: cuBLASLt's scratch, then its float16 result; the table's
+    // input (every float16 value) uses the same room on the first run.
+    if (gemm_ && fp8_)
+      return align_up(gemm_->workspace_bytes(ref(in[0]), ref(in[1]), o)) + std::max<std::size_t>(bytes_of(main), 65536 * 2);
     if (gemm_) return gemm_->workspace_bytes(ref(in[0]), ref(in[1]), o);
     if (conv_) return conv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
     if (deconv_) return deconv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
@@ -273,9 +310,14 @@ class CudaNodeKernel final : public NodeKernel {
   }
 
   void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const override;
+  ~CudaNodeKernel() override;
 
  private:
   void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
+  void run_fused_fp8(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
+  // The fused fp8 GEMM's table, built on `s` the first time (`scratch`: 128 KiB); null while `s`
+  // is capturing a graph before that (the run then takes the unfused path).
+  const void* fp8_table(const cuda::TensorRef& quantize_scale, void* scratch, cudaStream_t s) const;
   void run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
 
   const CudaBackend& backend_;
@@ -292,6 +334,14 @@ class CudaNodeKernel final : public NodeKernel {
   bool out_cl_ = false;
   std::vector<bool> operand_cl_;
   bool reduce_split_ = false;  // tactic cuda.reduce.split: reduce() gets its partials' scratch
+  // Tactic cuda.gemm.sm90.fp8.epilogue<n>: the fused fp8 GEMM and its epilogue's lookup table
+  // (built on the first run, outside stream capture); cuBLASLt and the separate pass where the
+  // kernel does not run (this library or device, the run's shapes or addresses).
+  std::optional<cuda::Fp8Epilogue> fp8_;
+  bool fp8_kernel_ = false;
+  mutable std::mutex table_mutex_;
+  mutable void* table_ = nullptr;
+  mutable bool table_ready_ = false;
 };
 
 class CudaBackend final : public Backend {
@@ -308,6 +358,7 @@ class CudaBackend final : public Backend {
   }
 
   int index() const { return index_; }
+  const cudaDeviceProp& prop() const { return prop_; }
   cublasLtHandle_t lt() const { return lt_; }
   const cuda::CudnnContext& dnn() const { return dnn_; }
 
@@ -402,6 +453,14 @@ class CudaBackend final : public Backend {
       if (room < cuda::kGemmWorkspaceBytes) tactic.workspace = room / kAlign * kAlign;
     }
     const std::size_t lt_workspace = static_cast<std::size_t>(tactic.workspace.value_or(cuda::kGemmWorkspaceBytes));
+    // The fused fp8 GEMM (bias, GELU and the next quantize in its epilogue) where it runs and its
+    // scratch (cuBLASLt's fallback path) fits a workspace limit; timed below against cuBLASLt and
+    // the separate pass.
+    const auto fp8 = fused_fp8_epilogue(g, n);
+    const std::string fused_tactic = cuda::format_fused_fp8_tactic(fp8 == cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE ? 3 : 2);
+    const bool fp8_candidate = fp8 && fused_fp8_choice() != "0" && cuda::fused_fp8_gemm_runs_on(prop_.major, prop_.minor) &&
+                               (q.scratch_limit == kNoScratchLimit || node_scratch(g, n, fused_tactic, q) <= q.scratch_limit);
+    if (fp8_candidate && fused_fp8_choice() == "1") return fused_tactic;
     if (q.optimization_level < 2) return cuda::format_gemm_tactic(tactic);
     const auto in = q.inputs;
     // The matrix multiply's own result at these shapes (n.main_desc may hold -1s).
@@ -422,6 +481,7 @@ class CudaBackend final : public Backend {
       fill_random(p, bytes, type, seed);
       return p;
     };
+    std::string fused_won;  // the fused fp8 GEMM's tactic when it won the timing
     try {
       // Copies of the operands to cycle through, spanning twice the L2 cache (at most 4), so that
       // a run does not find its operands in L2 from the run before: inside a network each GEMM
@@ -459,6 +519,34 @@ class CudaBackend final : public Backend {
         });
         const int chosen = cuda::choose_timed(times, kTunedMargin);
         if (chosen >= 0) tactic.algo = cuda::algo_to_hex(algos[static_cast<std::size_t>(chosen)]);
+        // (A candidate's operands have rank 2 or more: fused_fp8_epilogue.)
+        const std::int64_t K = fp8_candidate ? in[0].dims[in[0].dims.rank() - 1] : 0, N = fp8_candidate ? in[1].dims[0] : 0;
+        if (fp8_candidate && !algos.empty() && K > 0 && cuda::fused_fp8_gemm_fits(in[0].dims.volume() / K, N, K)) {
+          // cuBLASLt's kept algorithm and the GELU (+ quantize) pass against the fused kernel,
+          // each writing the node's final result; the fused kernel must win clearly (kTunedMargin).
+          const auto& algo = algos[static_cast<std::size_t>(std::max(chosen, 0))];
+          const bool quantize = *fp8 == cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE;
+          const auto& act = std::get<ActivationParams>(n.epilogue[1].params);
+          const cuda::TensorRef qscale{scratch(4, DataType::kFLOAT), DataType::kFLOAT, Dims{1}};
+          const graph::TensorDesc result{quantize ? DataType::kFP8 : DataType::kHALF, main.dims};
+          const cuda::TensorRef final_out{scratch(bytes_of(result)), result.type, result.dims};
+          void* table = scratch(cuda::fp8_epilogue_table_bytes(*fp8));
+          cuda::build_fp8_epilogue_table(*fp8, act, qscale, table, scratch(65536 * 2), stream);
+          const auto pair_times = time_candidates(2, stream, [&](std::size_t i) {
+            const auto& a = as[turn % copies];
+            const auto& b = bs[turn % copies];
+            ++turn;
+            if (i == 0) {
+              gemm.run_with(algo, a, b, bias, o, ws, stream, scales);
+              if (quantize) cuda::activation_quantize(act, o, qscale, final_out, stream);
+              else cuda::activation(act, o, final_out, stream);
+            } else {
+              cuda::fused_fp8_gemm(*fp8, a.data, b.data, a.dims.volume() / K, N, K, scales.a, scales.b, bias, table,
+                                   final_out.data, stream, n.name);
+            }
+          });
+          if (cuda::choose_timed(pair_times, kTunedMargin) == 1) fused_won = fused_tactic;
+        }
       } catch (...) {
         destroy_stream(stream);
         throw;
@@ -469,7 +557,7 @@ class CudaBackend final : public Backend {
       throw;
     }
     for (void* p : owned) deallocate(p);
-    return cuda::format_gemm_tactic(tactic);
+    return fused_won.empty() ? cuda::format_gemm_tactic(tactic) : fused_won;
   }
 
   // The scratch node `n` would reserve with this tactic at the query's max shapes.
@@ -823,8 +911,18 @@ CudaNodeKernel::CudaNodeKernel(const CudaBackend& backend, const graph::Graph& g
     auto [fused, epilogue] = lt_epilogue(g, n);
     fused_ = fused;
     cuda::GemmTactic t;
-    if (!n.tactic.empty() && !cuda::parse_gemm_tactic(n.tactic, t))
+    int fp8_ops = 0;
+    if (cuda::parse_fused_fp8_tactic(n.tactic, fp8_ops)) {
+      // Only where the builder writes it: the node's epilogue is the kernel's (fused_fp8_epilogue).
+      fp8_ = fused_fp8_epilogue(g, n);
+      if (!fp8_ || static_cast<std::size_t>(fp8_ops) != n.epilogue.size())
+        throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic +
+                                 "' does not match the node's product and epilogue (malformed engine)");
+      fused_ = n.epilogue.size();
+      fp8_kernel_ = cuda::fused_fp8_gemm_runs_on(backend.prop().major, backend.prop().minor);
+    } else if (!n.tactic.empty() && !cuda::parse_gemm_tactic(n.tactic, t)) {
       throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic is not a matrix multiply's (malformed engine)");
+    }
     gemm_ = std::make_unique<cuda::Gemm>(backend.lt(), n.name, *p, epilogue,
                                          n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT,
                                          static_cast<std::size_t>(std::min<std::uint64_t>(
@@ -906,6 +1004,44 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
   }
 }
 
+CudaNodeKernel::~CudaNodeKernel() { backend_.deallocate(table_); }
+
+const void* CudaNodeKernel::fp8_table(const cuda::TensorRef& quantize_scale, void* scratch, cudaStream_t s) const {
+  std::lock_guard lock(table_mutex_);
+  if (table_ready_) return table_;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(s, &capturing), "node '" + node_.name + "': querying the stream");
+  if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+  if (!table_) table_ = backend_.allocate(cuda::fp8_epilogue_table_bytes(*fp8_));
+  cuda::build_fp8_epilogue_table(*fp8_, std::get<ActivationParams>(node_.epilogue[1].params), quantize_scale, table_,
+                                 scratch, s);
+  // Other executions' streams use the table from now on.
+  check(cudaStreamSynchronize(s), "node '" + node_.name + "': building the fp8 GEMM's epilogue table");
+  table_ready_ = true;
+  return table_;
+}
+
+void CudaNodeKernel::run_fused_fp8(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const {
+  const cuda::TensorRef a = ref(in[0]), b = ref(in[1]);
+  const std::size_t nin = node_.inputs.size();
+  const void* bias = in[nin].data;
+  const cuda::TensorRef quantize_scale = *fp8_ == cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE ? ref(in[nin + 1]) : cuda::TensorRef{};
+  const cuda::GemmScales scales{in[2].data, in[3].data};
+  const std::int64_t K = a.dims[a.dims.rank() - 1], N = b.dims[0], M = K > 0 ? a.dims.volume() / K : 0;
+  const cuda::TensorRef h{nullptr, DataType::kHALF, out.dims};  // the product with its bias, as the passes read it
+  std::byte* rest = ws + align_up(gemm_->workspace_bytes(a, b, h));
+  if (fp8_kernel_ && cuda::fused_fp8_gemm_fits(M, N, K) && cuda::fused_fp8_gemm_aligned(a.data, b.data, out.data))
+    if (const void* table = fp8_table(quantize_scale, rest, s)) {
+      cuda::fused_fp8_gemm(*fp8_, a.data, b.data, M, N, K, scales.a, scales.b, bias, table, out.data, s, node_.name);
+      return;
+    }
+  const cuda::TensorRef product{rest, DataType::kHALF, out.dims};
+  gemm_->run(a, b, bias, product, ws, s, scales);
+  const auto& act = std::get<ActivationParams>(node_.epilogue[1].params);
+  if (quantize_scale.data) cuda::activation_quantize(act, product, quantize_scale, ref(out), s);
+  else cuda::activation(act, product, ref(out), s);
+}
+
 // Host values of a slice's shape-tensor input (start, size or stride).
 Dims host_dims(const Buffer& b, const std::string& node) {
   if (!b.host_values)
@@ -919,6 +1055,10 @@ void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std
       [&](const auto& p) {
         using P = std::decay_t<decltype(p)>;
         if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
+          if (fp8_) {
+            run_fused_fp8(in, out, ws, s);
+            return;
+          }
           const void* bias = fused_ > 0 ? in[node_.inputs.size()].data : nullptr;
           cuda::GemmScales scales;
           if (node_.quantized()) scales = {in[2].data, in[3].data};

@@ -2,11 +2,14 @@
 // check it: how a matrix multiply's tactic is written into an engine and read back.
 //
 //   cuda.gemm.cublaslt[.int8|.fp8][.epilogue<n>][/algo:<hex>][/ws:<bytes>]
+//   cuda.gemm.sm90.fp8.epilogue<n>
 //
 // epilogue<n>: cuBLASLt applies the node's first n epilogue ops (n >= 1); algo: the cuBLASLt
 // algorithm timed at build time (its bytes in lowercase hex, as algo_to_hex writes them); ws:
 // the most scratch cuBLASLt may use, written only when the build's workspace limit asked for
-// less than the default (kGemmWorkspaceBytes). Engine files are untrusted input:
+// less than the default (kGemmWorkspaceBytes). The second form is the backend's fused fp8 GEMM
+// (fp8_gemm.h), which applies the node's first n epilogue ops: 2 (bias, GELU) or 3 (bias, GELU,
+// quantize). Engine files are untrusted input:
 // parse_gemm_tactic accepts exactly what format_gemm_tactic writes and rejects anything else.
 #pragma once
 
@@ -69,6 +72,20 @@ inline bool parse_gemm_tactic(std::string_view text, GemmTactic& out) {
   }
   if (!rest.empty()) return false;
   out = std::move(t);
+  return true;
+}
+
+inline constexpr std::string_view kFusedFp8TacticPrefix = "cuda.gemm.sm90.fp8.epilogue";
+
+inline std::string format_fused_fp8_tactic(int ops) { return std::string(kFusedFp8TacticPrefix) + std::to_string(ops); }
+
+// Exactly format_fused_fp8_tactic's output for 2 or 3 ops; false for anything else.
+inline bool parse_fused_fp8_tactic(std::string_view text, int& ops) {
+  if (!text.starts_with(kFusedFp8TacticPrefix)) return false;
+  text.remove_prefix(kFusedFp8TacticPrefix.size());
+  int n = 0;
+  if (!detail::whole_number(text, n) || (n != 2 && n != 3)) return false;
+  ops = n;
   return true;
 }
 
