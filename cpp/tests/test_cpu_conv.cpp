@@ -806,6 +806,59 @@ TEST(CpuConvPool, MaxRowsKeepTheFirstOfEqualValuesAndNaN) {
   }
 }
 
+// The channels-last kernel gives every element the packed kernel's value bit for bit (same taps
+// in the same order, the same NaN / first-of-equal rule, the same double sums): every case and
+// type on random data, and on data full of ties, signed zeros, -inf and NaN; one channel and
+// many (a vector loop and its remainder).
+TEST(CpuConvPool, ChannelsLastMatchesThePackedKernelBitForBit) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  auto bits = [](const Tensor& t) {
+    std::vector<std::uint32_t> v(t.words.begin(), t.words.begin() + static_cast<std::ptrdiff_t>(t.data_words()));
+    return v;
+  };
+  // [N, C, S...] <-> [N, S..., C]: element (n, c, s) at (n * S + s) * C + c.
+  auto to_cl = [](const Tensor& x, bool back) {
+    Tensor y(x.type, x.dims);
+    const i64 N = x.dims[0], C = x.dims[1], S = x.dims.volume() / std::max<i64>(1, N * C);
+    for (i64 n = 0; n < N; ++n)
+      for (i64 c = 0; c < C; ++c)
+        for (i64 sp = 0; sp < S; ++sp) {
+          const i64 packed = (n * C + c) * S + sp, cl = (n * S + sp) * C + c;
+          y.set(back ? packed : cl, x.get(back ? cl : packed));
+        }
+    return y;
+  };
+  for (DataType t : kTypes)
+    for (const auto& base : pool_cases())
+      for (i64 channels : {i64{1}, i64{19}})
+        for (int data = 0; data < 2; ++data) {
+          PoolCase c = base;
+          c.spec.x[1] = channels;
+          std::mt19937 rng(11);
+          Tensor x = random_tensor(t, c.spec.x, rng, -2.0, 2.0);
+          if (data == 1) {
+            const double specials[] = {0.0, -0.0, 1.0, 1.0, -inf, nan, 2.0, -0.0};
+            for (i64 i = 0; i < x.size(); ++i) x.set(i, specials[static_cast<std::size_t>(rng() % 8)]);
+          }
+          const Tensor packed = run_pool(c.spec, t, x);
+          PoolingParams p;
+          p.type = c.spec.type;
+          p.window = dims_of(c.spec.window);
+          if (!c.spec.s.empty()) p.stride = dims_of(c.spec.s);
+          if (!c.spec.pre.empty()) p.pre_padding = dims_of(c.spec.pre);
+          if (!c.spec.post.empty()) p.post_padding = dims_of(c.spec.post);
+          p.padding_mode = c.spec.mode;
+          p.average_count_excludes_padding = c.spec.excludes_padding;
+          p.blend_factor = c.spec.blend;
+          Tensor xcl = to_cl(x, false);
+          Tensor ocl(t, packed.dims);
+          cpu::pooling_channels_last(p, xcl.ref(), ocl.ref());
+          ASSERT_TRUE(ocl.intact()) << c.name;
+          EXPECT_EQ(bits(to_cl(ocl, true)), bits(packed))
+              << c.name << " " << type_str(t) << ", " << channels << " channels, " << (data ? "special" : "random") << " data";
+        }
+}
+
 TEST(CpuConvPool, RejectsWrongOutput) {
   Tensor x(kF32, Dims{1, 1, 6, 6});
   PoolingParams p;

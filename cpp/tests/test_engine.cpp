@@ -485,6 +485,31 @@ TEST(Engine, PlansThatMisplaceMemoryOrBindTheWrongValuesAreCorrupt) {
   }
 }
 
+// A pooling's channels-last tactic (cpu.pooling.nhwc) is taken only where the builder writes
+// it: over a value stored packed, or with a network output as its result, it is refused.
+TEST(Engine, AChannelsLastPoolingOverPackedValuesIsCorrupt) {
+  auto graph = [](Network& net) {
+    auto* x = net.add_input("x", DataType::kFLOAT, {1, 2, 6, 6});
+    auto* pool = net.add_pooling_nd(x, PoolingType::kMAX, Dims{2, 2});
+    pool->set_name("pool");
+    pool->get_output(0)->set_name("y");
+    net.mark_output(pool->get_output(0));
+  };
+  EngineBuild d;
+  d.inputs["x"] = InputShape::fixed({1, 2, 6, 6});
+  d.settings.device = "cpu";
+  plan::Plan p = plan::read_engine(build_serialized_engine(graph, d), "test", nullptr);
+  bool found = false;
+  for (auto& n : p.graph.nodes)
+    if (n.name == "pool") {
+      EXPECT_EQ(n.tactic, "cpu.pooling");
+      n.tactic = "cpu.pooling.nhwc";
+      found = true;
+    }
+  ASSERT_TRUE(found);
+  EXPECT_THROW(Engine::deserialize(plan::write_engine(p)), CorruptEngineError);
+}
+
 TEST(Engine, OtherVersionsAndTargetsAreIncompatible) {
   Linear model;
   auto bytes = build_serialized_engine(model, linear_declaration());

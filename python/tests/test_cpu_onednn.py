@@ -121,6 +121,48 @@ def test_convolutions_between_convolutions_write_channels_last():
         np.testing.assert_allclose(y, residual_reference(x), rtol=0, atol=2e-5, err_msg=f"batch {batch}")
 
 
+POOL_CL = "cpu.pooling.nhwc"
+
+
+@pytest.mark.parametrize("kind", ["MAX", "AVERAGE"])
+def test_a_pooling_between_convolutions_keeps_the_chain_channels_last(kind):
+    """A ResNet stem's pattern: a = relu(convA(x)); p = pool3x3/2(a); b = relu(convB(p));
+    c = relu(convC(b) + p); y = convD(c). The pooling reads convA's channels-last output and
+    writes its own so for convB and convC's residual; every batch of the profile matches torch."""
+    w = weights()
+    rng = rng_for("pool-chain" + kind)
+    wb, bb = rand(rng, (8, 8, 3, 3), 0.2), rand(rng, (8,))
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, 8, 11, 12))
+        a = relu(net, conv(net, x, w["wa"], w["ba"], 1, "convA"), "reluA")
+        pool = net.add_pooling_nd(a, getattr(trt.PoolingType, kind), (3, 3))
+        pool.stride_nd, pool.padding_nd, pool.name = (2, 2), (1, 1), "pool"
+        p = pool.get_output(0)
+        b = relu(net, conv(net, p, wb, bb, 1, "convB"), "reluB")
+        c = relu(net, add(net, conv(net, b, w["wb"], w["bb"], 1, "convC"), p, "addC"), "reluC")
+        y = conv(net, c, w["wc"], w["bc"], 0, "convD")
+        y.name = "y"
+        net.mark_output(y)
+
+    engine = build(graph, {"x": tensoracle.InputShape.ranged((1, 8, 11, 12), (2, 8, 11, 12), (3, 8, 11, 12))}, "cpu")
+    t = tactics(engine)
+    assert t["convA"] == (CONV_CL, ("reluA",))
+    assert t["pool"] == (POOL_CL, ())
+    assert t["convB"] == (CONV_CL, ("reluB",)) and t["convC"] == (CONV_CL, ("addC", "reluC"))
+    assert t["convD"] == (CONV, ())
+    wt = {k: t64(v) for k, v in w.items()}
+    ex = engine.create_execution()
+    for batch in (3, 1, 2):
+        x = rand(rng_for(f"px{batch}"), (batch, 8, 11, 12))
+        a = F.relu(F.conv2d(t64(x), wt["wa"], wt["ba"], padding=1))
+        p = (F.max_pool2d(a, 3, 2, 1) if kind == "MAX" else F.avg_pool2d(a, 3, 2, 1, count_include_pad=False))
+        b = F.relu(F.conv2d(p, t64(wb), t64(bb), padding=1))
+        c = F.relu(F.conv2d(b, wt["wb"], wt["bb"], padding=1) + p)
+        ref = F.conv2d(c, wt["wc"], wt["bc"]).numpy()
+        np.testing.assert_allclose(ex.run({"x": x})["y"], ref, rtol=0, atol=3e-5, err_msg=f"batch {batch}")
+
+
 def test_a_plain_reader_keeps_the_output_plain():
     """A pooling layer, a graph output, or a second use as a weight-free elementwise input
     each keep the producer's output in the plain layout."""

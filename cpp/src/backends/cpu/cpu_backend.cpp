@@ -46,6 +46,14 @@ class CpuNodeKernel final : public NodeKernel {
  public:
   CpuNodeKernel(const graph::Graph& g, const graph::Node& n) : node_(n), accel_(cpu::onednn::make(g, n)) {
     for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
+    if (std::holds_alternative<PoolingParams>(n.params) && n.tactic == cpu::onednn::kPoolTacticChannelsLast) {
+      // Only where the builder writes it (onednn.h): an engine file's tactic is not trusted.
+      const std::string why = cpu::onednn::pooling_channels_last_refusal(g, n);
+      if (!why.empty())
+        throw CorruptEngineError("[cpu] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
+                                 " (malformed engine)");
+      pool_channels_last_ = true;
+    }
   }
 
   // Dims of the main op's result and of each epilogue value, for the given inputs.
@@ -220,7 +228,8 @@ class CpuNodeKernel final : public NodeKernel {
             cpu::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cpu::TensorRef{};
             cpu::deconvolution(p, ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws);
           } else if constexpr (std::is_same_v<P, PoolingParams>) {
-            cpu::pooling(p, ref(in[0]), ref(out));
+            if (pool_channels_last_) cpu::pooling_channels_last(p, ref(in[0]), ref(out));
+            else cpu::pooling(p, ref(in[0]), ref(out));
           } else if constexpr (std::is_same_v<P, ConcatenationParams>) {
             std::vector<cpu::TensorRef> refs;
             for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
@@ -272,6 +281,7 @@ class CpuNodeKernel final : public NodeKernel {
 
   graph::Node node_;
   std::unique_ptr<cpu::onednn::Accelerated> accel_;  // null: the generic kernels
+  bool pool_channels_last_ = false;  // tactic cpu.pooling.nhwc: reads and writes channels-last values
   std::vector<graph::InputFacts> facts_;
 };
 
@@ -366,6 +376,9 @@ class CpuBackend final : public Backend {
         if (onednn) return {cpu::onednn::kConvTactic, "cpu.conv.im2col_gemm"};
         return {"cpu.conv.im2col_gemm"};
       case LayerType::kEINSUM: return {"cpu.einsum.gemm"};
+      case LayerType::kPOOLING:
+        if (cpu::onednn::pooling_channels_last(g, n)) return {cpu::onednn::kPoolTacticChannelsLast};
+        return {"cpu.pooling"};
       default: return {"cpu." + std::string(layer_type_name(n.type()))};
     }
   }

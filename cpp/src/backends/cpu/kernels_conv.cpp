@@ -853,6 +853,75 @@ void pool(const PoolingParams& p, const Geo& g, const TensorRef& x, const Tensor
   });
 }
 
+// The same pooling over channels-last values: x and out hold [N, spatial..., C] (their dims are
+// the logical [N, C, spatial...]). Each output position walks its window's taps in exact_row's
+// order for all C channels at once (a NaN sticks, the first of equal values is kept, the
+// average's sum in double), so every element is the packed kernel's bit for bit; the channel
+// loop is contiguous and vectorizes.
+template <class Tr>
+void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x, const TensorRef& out) {
+  using T = typename Tr::T;
+  const auto* xs = static_cast<const T*>(x.data);
+  auto* os = static_cast<T*>(out.data);
+  const i64 C = g.C, OD = g.out[0], OH = g.out[1], OW = g.out[2];
+  const bool want_max = p.type != PoolingType::kAVERAGE, want_avg = p.type != PoolingType::kMAX;
+  const double blend = p.type == PoolingType::kMAX_AVERAGE_BLEND ? p.blend_factor : 0.0;
+  std::array<i64, kS> lim{};
+  for (int i = 0; i < kS; ++i) lim[i] = g.same ? INT64_MAX / 4 : g.in[i] + g.post[i];
+  const i64 rows = g.N * OD * OH;  // (n, od, oh): OW positions of C channels each
+  parallel_rows(rows, OW * g.kvol * C, [&](i64 r0, i64 r1) {
+    std::vector<float> mx(static_cast<std::size_t>(C));
+    std::vector<double> sum(static_cast<std::size_t>(C));
+    for (i64 r = r0; r < r1; ++r) {
+      const i64 oh = r % OH, od = (r / OH) % OD, n = r / (OH * OD);
+      const T* xn = xs + n * g.in_sp * C;
+      const i64 sd = od * g.s[0] - g.pre[0], sh = oh * g.s[1] - g.pre[1];
+      const i64 d0 = std::max<i64>(0, sd), d1 = std::min(g.in[0], sd + g.k[0]);
+      const i64 h0 = std::max<i64>(0, sh), h1 = std::min(g.in[1], sh + g.k[1]);
+      const i64 pd = std::min(sd + g.k[0], lim[0]) - sd, ph = std::min(sh + g.k[1], lim[1]) - sh;
+      for (i64 ow = 0; ow < OW; ++ow) {
+        T* o = os + (r * OW + ow) * C;
+        const i64 sw = ow * g.s[2] - g.pre[2];
+        const i64 w0 = std::max<i64>(0, sw), w1 = std::min(g.in[2], sw + g.k[2]);
+        const i64 pw = std::min(sw + g.k[2], lim[2]) - sw;
+        const i64 count = std::max<i64>(0, d1 - d0) * std::max<i64>(0, h1 - h0) * std::max<i64>(0, w1 - w0);
+        if (count == 0) {
+          for (i64 c = 0; c < C; ++c) o[c] = Tr::store(0.f);
+          continue;
+        }
+        std::fill(mx.begin(), mx.end(), -INFINITY);
+        std::fill(sum.begin(), sum.end(), 0.0);
+        float* m = mx.data();
+        double* su = sum.data();
+        for (i64 id = d0; id < d1; ++id)
+          for (i64 ih = h0; ih < h1; ++ih)
+            for (i64 iw = w0; iw < w1; ++iw) {
+              const T* v = xn + ((id * g.in[1] + ih) * g.in[2] + iw) * C;
+              if (want_max)
+                for (i64 c = 0; c < C; ++c) {
+                  const float f = Tr::load(v[c]);
+                  const bool take = f > m[c] || f != f;  // exact_row: v > max or NaN, unless max is NaN
+                  m[c] = m[c] != m[c] ? m[c] : take ? f : m[c];
+                }
+              if (want_avg)
+                for (i64 c = 0; c < C; ++c) su[c] += Tr::load(v[c]);
+            }
+        const double div = p.average_count_excludes_padding ? static_cast<double>(count) : static_cast<double>(pd * ph * pw);
+        for (i64 c = 0; c < C; ++c) {
+          double result;
+          if (p.type == PoolingType::kMAX) {
+            result = m[c];
+          } else {
+            const double avg = su[c] / div;
+            result = p.type == PoolingType::kAVERAGE ? avg : blend * static_cast<double>(m[c]) + (1.0 - blend) * avg;
+          }
+          o[c] = Tr::store(static_cast<float>(result));
+        }
+      }
+    }
+  });
+}
+
 void check_float(const TensorRef& t, const char* kernel, const char* name) {
   if (!is_float_type(t.type))
     fail(std::string(kernel) + ": " + name + " has type " + tn(t.type) + "; it takes float32, float16 or bfloat16");
@@ -919,7 +988,10 @@ void deconvolution(const DeconvolutionParams& p, const TensorRef& x, const Tenso
   });
 }
 
-void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out) {
+namespace {
+
+// A pooling's checks and geometry, for the packed and the channels-last kernel.
+void run_pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, bool channels_last) {
   detail::checked_volume(x, "pooling", "input 0");
   const i64 n = detail::checked_volume(out, "pooling", "the output");
   check_float(x, "pooling", "input 0");
@@ -931,7 +1003,18 @@ void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out) {
   if (n == 0) return;
   const Geo g = make_geo(x.dims, out.dims, p.window, p.stride, p.pre_padding, p.post_padding, Dims{}, p.padding_mode,
                          false, 1);
-  dispatch(x.type, [&](auto tr) { pool<decltype(tr)>(p, g, x, out); });
+  dispatch(x.type, [&](auto tr) {
+    if (channels_last) pool_channels_last<decltype(tr)>(p, g, x, out);
+    else pool<decltype(tr)>(p, g, x, out);
+  });
+}
+
+}  // namespace
+
+void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out) { run_pooling(p, x, out, false); }
+
+void pooling_channels_last(const PoolingParams& p, const TensorRef& x, const TensorRef& out) {
+  run_pooling(p, x, out, true);
 }
 
 }  // namespace tensoracle::cpu

@@ -32,6 +32,9 @@ std::size_t deconvolution_workspace_bytes(const DeconvolutionParams& p, const Te
 void deconvolution(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
                    const TensorRef& out, void* workspace);
 void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out);
+// The same over channels-last data: x.data and out.data hold [N, spatial..., C] while their dims
+// are the logical [N, C, spatial...]; every element equals pooling()'s on the packed data.
+void pooling_channels_last(const PoolingParams& p, const TensorRef& x, const TensorRef& out);
 
 // ---- kernels_index.cpp ------------------------------------------------------------------
 void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef& out);

@@ -15,6 +15,11 @@
 namespace tensoracle::cpu::onednn {
 bool applicable(const graph::Graph&, const graph::Node&) { return false; }
 bool output_channels_last(const graph::Graph&, const graph::Node&) { return false; }
+bool pooling_channels_last(const graph::Graph&, const graph::Node&) { return false; }
+bool channels_last_value(const graph::Graph&, int) { return false; }
+std::string pooling_channels_last_refusal(const graph::Graph&, const graph::Node&) {
+  return "this build of the CPU backend has no oneDNN";
+}
 std::unique_ptr<Accelerated> make(const graph::Graph&, const graph::Node&) { return nullptr; }
 std::string version() { return ""; }
 }  // namespace tensoracle::cpu::onednn
@@ -375,12 +380,6 @@ class Matmul final : public Accelerated {
 
 // ---- convolution --------------------------------------------------------------------------
 
-// Whether value v is stored channels-last: its producer is a channels-last convolution.
-bool channels_last_value(const graph::Graph& g, int v) {
-  int p = g.values[static_cast<std::size_t>(v)].producer;
-  return p >= 0 && g.nodes[static_cast<std::size_t>(p)].tactic == kConvTacticChannelsLast;
-}
-
 struct ConvPlan : Plan {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
@@ -573,27 +572,73 @@ bool applicable(const graph::Graph& g, const graph::Node& n) {
   return false;
 }
 
-bool output_channels_last(const graph::Graph& g, const graph::Node& n) {
-  if (!std::holds_alternative<ConvolutionParams>(n.params) || !applicable(g, n)) return false;
-  if (fusable_prefix(g, n, true).size() != n.epilogue.size()) return false;  // generic passes would read it
+bool channels_last_value(const graph::Graph& g, int v) {
+  int p = g.values[static_cast<std::size_t>(v)].producer;
+  if (p < 0) return false;
+  const std::string& t = g.nodes[static_cast<std::size_t>(p)].tactic;
+  return t == kConvTacticChannelsLast || t == kPoolTacticChannelsLast;
+}
+
+namespace {
+
+// Whether node c reads value v (of dims d) only where a oneDNN convolution takes channels-last
+// data: as its data input, or as the residual of a fused sum post-op of the same dims.
+bool conv_takes_channels_last(const graph::Graph& g, const graph::Node& c, int v, const Dims& d) {
+  if (!std::holds_alternative<ConvolutionParams>(c.params) || !applicable(g, c)) return false;
+  if (c.inputs[1] == v || (c.inputs.size() > 2 && c.inputs[2] == v)) return false;
+  auto ops = fusable_prefix(g, c, true);
+  for (std::size_t i = 0; i < c.epilogue.size(); ++i) {
+    if (c.epilogue[i].operand != v) continue;
+    const bool fused_sum = i < ops.size() && ops[i].kind == PostOp::kSum;
+    if (!fused_sum || !(d == c.main_desc.dims)) return false;
+  }
+  return true;
+}
+
+// Whether every reader of node n's output (there is one at least) passes `ok`, and the output is
+// an internal value of 4 or more dims.
+template <class Ok>
+bool readers_all(const graph::Graph& g, const graph::Node& n, Ok&& ok) {
   const auto& out = g.values[static_cast<std::size_t>(n.output)];
   if (out.is_output || out.desc.dims.rank() < 4) return false;
   bool read = false;
   for (const auto& c : g.nodes) {
     auto all = c.all_inputs();
     if (std::find(all.begin(), all.end(), n.output) == all.end()) continue;
-    if (!std::holds_alternative<ConvolutionParams>(c.params) || !applicable(g, c)) return false;
-    if (c.inputs[1] == n.output || (c.inputs.size() > 2 && c.inputs[2] == n.output)) return false;
-    // Every epilogue use must be the fused residual (a sum post-op) of the same dims.
-    auto ops = fusable_prefix(g, c, true);
-    for (std::size_t i = 0; i < c.epilogue.size(); ++i) {
-      if (c.epilogue[i].operand != n.output) continue;
-      const bool fused_sum = i < ops.size() && ops[i].kind == PostOp::kSum;
-      if (!fused_sum || !(out.desc.dims == c.main_desc.dims)) return false;
-    }
+    if (!ok(c, out.desc.dims)) return false;
     read = true;
   }
   return read;
+}
+
+// A float32 pooling without epilogue whose output only oneDNN convolutions read (as above).
+bool pooling_readers_take_channels_last(const graph::Graph& g, const graph::Node& n) {
+  if (!std::holds_alternative<PoolingParams>(n.params) || !n.epilogue.empty()) return false;
+  if (!is_f32(g, n.inputs[0]) || n.main_desc.type != DataType::kFLOAT) return false;
+  return readers_all(g, n, [&](const graph::Node& c, const Dims& d) { return conv_takes_channels_last(g, c, n.output, d); });
+}
+
+}  // namespace
+
+bool output_channels_last(const graph::Graph& g, const graph::Node& n) {
+  if (!std::holds_alternative<ConvolutionParams>(n.params) || !applicable(g, n)) return false;
+  if (fusable_prefix(g, n, true).size() != n.epilogue.size()) return false;  // generic passes would read it
+  return readers_all(g, n, [&](const graph::Node& c, const Dims& d) {
+    if (std::holds_alternative<PoolingParams>(c.params)) return pooling_readers_take_channels_last(g, c);
+    return conv_takes_channels_last(g, c, n.output, d);
+  });
+}
+
+bool pooling_channels_last(const graph::Graph& g, const graph::Node& n) {
+  if (!pooling_readers_take_channels_last(g, n)) return false;
+  const int p = g.values[static_cast<std::size_t>(n.inputs[0])].producer;
+  return p >= 0 && output_channels_last(g, g.nodes[static_cast<std::size_t>(p)]);
+}
+
+std::string pooling_channels_last_refusal(const graph::Graph& g, const graph::Node& n) {
+  if (!channels_last_value(g, n.inputs[0])) return "its input is not stored channels-last";
+  if (!pooling_readers_take_channels_last(g, n)) return "not every reader of its output takes it channels-last";
+  return "";
 }
 
 std::unique_ptr<Accelerated> make(const graph::Graph& g, const graph::Node& n) {

@@ -40,8 +40,19 @@ inline constexpr const char* kConvTactic = "cpu.conv.onednn";
 // convolution (as its data input or as its fused residual), so that no reorder runs between
 // them. Readers learn the layout from this tactic of the value's producer.
 inline constexpr const char* kConvTacticChannelsLast = "cpu.conv.onednn.nhwc";
+// A pooling between two such convolutions (a ResNet's max-pool after its stem): it reads the
+// convolution's channels-last output and writes its own channels-last (kernels_more.h's
+// pooling_channels_last) where every reader of its output is a oneDNN convolution as above; a
+// channels-last convolution may then have such poolings among its readers.
+inline constexpr const char* kPoolTacticChannelsLast = "cpu.pooling.nhwc";
 bool applicable(const graph::Graph& g, const graph::Node& n);
 bool output_channels_last(const graph::Graph& g, const graph::Node& n);
+bool pooling_channels_last(const graph::Graph& g, const graph::Node& n);
+// Whether value v is stored channels-last (its producer's tactic says so).
+bool channels_last_value(const graph::Graph& g, int v);
+// For an engine's pooling whose tactic is kPoolTacticChannelsLast: empty when its input is
+// stored channels-last and its readers take its output so, else why not.
+std::string pooling_channels_last_refusal(const graph::Graph& g, const graph::Node& n);
 
 // Null when the node's tactic is not a oneDNN tactic.
 std::unique_ptr<Accelerated> make(const graph::Graph& g, const graph::Node& n);
