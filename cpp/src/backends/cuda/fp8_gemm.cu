@@ -4,6 +4,7 @@
 #include <cuda.h>  // CUtensorMap
 
 #include <mutex>
+#include <vector>
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/fp8_gemm.h"
@@ -297,13 +298,22 @@ CUtensorMap tensor_map(const void* ptr, std::int64_t rows, std::int64_t cols, in
 template <bool kQuantize>
 void launch(const Args& args, const void* a, const void* b, void* out, cudaStream_t stream, const std::string& node) {
   using C = Config<kQuantize>;
-  static std::once_flag once;
-  static cudaError_t attr = cudaSuccess;
-  std::call_once(once, [] {
-    attr = cudaFuncSetAttribute(fused_fp8_gemm_kernel<kQuantize>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(C::kSmem));
-  });
-  check(attr, "node '" + node + "': shared memory for the fp8 GEMM");
+  // The kernel's shared-memory limit is an attribute per device: set once on each (the caller
+  // made the node's device current).
+  {
+    static std::mutex mutex;
+    static std::vector<bool> done;
+    int device = 0;
+    check(cudaGetDevice(&device), "node '" + node + "': the current device");
+    std::lock_guard lock(mutex);
+    if (static_cast<std::size_t>(device) >= done.size()) done.resize(static_cast<std::size_t>(device) + 1, false);
+    if (!done[static_cast<std::size_t>(device)]) {
+      check(cudaFuncSetAttribute(fused_fp8_gemm_kernel<kQuantize>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(C::kSmem)),
+            "node '" + node + "': shared memory for the fp8 GEMM");
+      done[static_cast<std::size_t>(device)] = true;
+    }
+  }
   const CUtensorMap ma = tensor_map(a, args.M, args.K, 1, kBK, kBM, node, "input 0");
   const CUtensorMap mb = tensor_map(b, args.N, args.K, 1, kBK, kBN, node, "input 1");
   const CUtensorMap mo = kQuantize ? tensor_map(out, args.M, args.N, 1, 128, 64, node, "the output")
