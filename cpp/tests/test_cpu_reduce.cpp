@@ -905,6 +905,31 @@ TEST(CpuSoftmax, ExponentialAccurateOverItsWholeRange) {
   }
 }
 
+// Far below the row's maximum (an attention mask's padded keys add float32's minimum): exactly
+// +0, without disturbing the row; e^-103.5 still rounds to the smallest float32 subnormal.
+TEST(CpuSoftmax, MaskedValuesGiveExactZeros) {
+  for (DataType t : kFloats) {
+    const std::vector<double> z = {-104.5, -3.4028234663852886e38, -1e30, -103.5};
+    Buf x(t, Dims{static_cast<i64>(z.size()), 2});
+    for (std::size_t r = 0; r < z.size(); ++r) {
+      x.set(static_cast<i64>(2 * r), 0);
+      x.set(static_cast<i64>(2 * r + 1), z[r]);
+    }
+    Buf out(t, x.dims);
+    cpu::softmax(1, x.ref(), out.ref());
+    for (std::size_t r = 0; r < z.size(); ++r) {
+      EXPECT_EQ(out.get(static_cast<i64>(2 * r)), 1.0) << tn(t) << " row " << r;
+      const double v = out.get(static_cast<i64>(2 * r + 1));
+      if (r == 3 && t == DataType::kFLOAT) {
+        EXPECT_EQ(v, std::ldexp(1.0, -149)) << "e^-103.5 rounds to the smallest subnormal";
+      } else if (x.get(static_cast<i64>(2 * r + 1)) < -104) {
+        EXPECT_EQ(v, 0.0) << tn(t) << " row " << r;
+        EXPECT_FALSE(std::signbit(v)) << tn(t) << " row " << r;
+      }
+    }
+  }
+}
+
 TEST(CpuSoftmax, InPlaceAndRejects) {
   std::mt19937 rng(4);
   for (const auto& [d, axis] : {std::pair{Dims{4, 6}, 1}, std::pair{Dims{4, 6}, 0}}) {
