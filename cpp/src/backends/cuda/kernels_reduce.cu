@@ -582,7 +582,9 @@ void run_reduce(const Plan* plan, const TensorRef& x, const TensorRef& out, i64 
 // ---- softmax -----------------------------------------------------------------------------
 
 // e^z for z <= 0 (and NaN): the CPU's exp_nonpositive (kernels_reduce.cpp) step for step,
-// every operation rounded on its own (no FMA), so the results are bit-identical.
+// every operation rounded on its own (no FMA), so the results are bit-identical. (The CPU
+// selects +0 below -104 rather than clamping to -110, to spare x86 its underflow assists; both
+// give +0 there. GPUs handle subnormals at full speed.)
 __device__ inline float exp_nonpositive(float z) {
   z = z < -110.0f ? -110.0f : z;  // e^-110 is below half the smallest subnormal; NaN passes
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
