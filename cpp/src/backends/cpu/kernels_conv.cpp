@@ -738,6 +738,43 @@ void deconv_gemm(const Geo& g, const TensorRef& x, const TensorRef& kernel, cons
 
 // ---- pooling ------------------------------------------------------------------------------------
 
+// Where the padded input ends, per spatial dim: in + post (explicit modes; EXPLICIT_ROUND_UP
+// windows may reach past it and are clipped there). SAME windows never reach past their
+// computed padding.
+std::array<i64, kS> pool_limits(const Geo& g) {
+  std::array<i64, kS> lim{};
+  for (int i = 0; i < kS; ++i) lim[i] = g.same ? INT64_MAX / 4 : g.in[i] + g.post[i];
+  return lim;
+}
+
+// The window of output position o: its taps inside the input ([lo, hi) per spatial dim, walked
+// in row-major order), how many there are, and its size within the padded input.
+struct PoolWindow {
+  std::array<i64, kS> lo{}, hi{};
+  i64 count = 1, padded = 1;
+};
+PoolWindow pool_window(const Geo& g, const std::array<i64, kS>& lim, const std::array<i64, kS>& o) {
+  PoolWindow w;
+  for (int i = 0; i < kS; ++i) {
+    const i64 start = o[i] * g.s[i] - g.pre[i];
+    w.lo[i] = std::max<i64>(0, start);
+    w.hi[i] = std::min(g.in[i], start + g.k[i]);
+    w.count *= std::max<i64>(0, w.hi[i] - w.lo[i]);
+    w.padded *= std::min(start + g.k[i], lim[i]) - start;
+  }
+  return w;
+}
+
+// A window's pooled value from its taps' maximum and (double) sum.
+double pool_value(const PoolingParams& p, float mx, double sum, const PoolWindow& w) {
+  if (p.type == PoolingType::kMAX) return mx;
+  const double div = p.average_count_excludes_padding ? static_cast<double>(w.count) : static_cast<double>(w.padded);
+  const double avg = sum / div;
+  if (p.type == PoolingType::kAVERAGE) return avg;
+  const double blend = p.blend_factor;
+  return blend * static_cast<double>(mx) + (1.0 - blend) * avg;
+}
+
 template <class Tr>
 void pool(const PoolingParams& p, const Geo& g, const TensorRef& x, const TensorRef& out) {
   using T = typename Tr::T;
@@ -746,56 +783,35 @@ void pool(const PoolingParams& p, const Geo& g, const TensorRef& x, const Tensor
   const i64 OD = g.out[0], OH = g.out[1], OW = g.out[2];
   const i64 rows = g.N * g.C * OD * OH;
   const bool want_max = p.type != PoolingType::kAVERAGE, want_avg = p.type != PoolingType::kMAX;
-  const double blend = p.type == PoolingType::kMAX_AVERAGE_BLEND ? p.blend_factor : 0.0;
-  // The padded input ends at in + post (explicit modes; EXPLICIT_ROUND_UP windows may reach
-  // past it and are clipped there). SAME windows never reach past their computed padding.
-  std::array<i64, kS> lim{};
-  for (int i = 0; i < kS; ++i) lim[i] = g.same ? INT64_MAX / 4 : g.in[i] + g.post[i];
+  const std::array<i64, kS> lim = pool_limits(g);
   // One output row (n, c, od, oh), window by window: the taps in row-major order, a NaN sticks,
   // the average's sum in double.
   auto exact_row = [&](i64 r) {
     const i64 oh = r % OH, od = (r / OH) % OD, nc = r / (OH * OD);
     const T* xc = xs + nc * g.in_sp;
     T* orow = os + r * OW;
-    // Window bounds in d and h.
-    const i64 sd = od * g.s[0] - g.pre[0], sh = oh * g.s[1] - g.pre[1];
-    const i64 d0 = std::max<i64>(0, sd), d1 = std::min(g.in[0], sd + g.k[0]);
-    const i64 h0 = std::max<i64>(0, sh), h1 = std::min(g.in[1], sh + g.k[1]);
-    const i64 pd = std::min(sd + g.k[0], lim[0]) - sd, ph = std::min(sh + g.k[1], lim[1]) - sh;
     for (i64 ow = 0; ow < OW; ++ow) {
-      const i64 sw = ow * g.s[2] - g.pre[2];
-      const i64 w0 = std::max<i64>(0, sw), w1 = std::min(g.in[2], sw + g.k[2]);
-      const i64 pw = std::min(sw + g.k[2], lim[2]) - sw;
-      const i64 count = std::max<i64>(0, d1 - d0) * std::max<i64>(0, h1 - h0) * std::max<i64>(0, w1 - w0);
-      if (count == 0) {  // a window entirely in (or past) the padding
+      const PoolWindow w = pool_window(g, lim, {od, oh, ow});
+      if (w.count == 0) {  // a window entirely in (or past) the padding
         orow[ow] = Tr::store(0.f);
         continue;
       }
       float mx = -INFINITY;
       double sum = 0.0;
-      for (i64 id = d0; id < d1; ++id) {
-        for (i64 ih = h0; ih < h1; ++ih) {
+      for (i64 id = w.lo[0]; id < w.hi[0]; ++id) {
+        for (i64 ih = w.lo[1]; ih < w.hi[1]; ++ih) {
           const T* xrow = xc + (id * g.in[1] + ih) * g.in[2];
           if (want_max) {
-            for (i64 iw = w0; iw < w1; ++iw) {
+            for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) {
               const float v = Tr::load(xrow[iw]);
               if (v > mx || std::isnan(v)) mx = std::isnan(mx) ? mx : v;
             }
           }
           if (want_avg)
-            for (i64 iw = w0; iw < w1; ++iw) sum += Tr::load(xrow[iw]);
+            for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) sum += Tr::load(xrow[iw]);
         }
       }
-      double result;
-      if (p.type == PoolingType::kMAX) {
-        result = mx;
-      } else {
-        const double div =
-            p.average_count_excludes_padding ? static_cast<double>(count) : static_cast<double>(pd * ph * pw);
-        const double avg = sum / div;
-        result = p.type == PoolingType::kAVERAGE ? avg : blend * static_cast<double>(mx) + (1.0 - blend) * avg;
-      }
-      orow[ow] = Tr::store(static_cast<float>(result));
+      orow[ow] = Tr::store(static_cast<float>(pool_value(p, mx, sum, w)));
     }
   };
   if (p.type != PoolingType::kMAX || OD != 1 || g.in[0] != 1 || g.k[0] != 1) {
@@ -865,9 +881,7 @@ void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x
   auto* os = static_cast<T*>(out.data);
   const i64 C = g.C, OD = g.out[0], OH = g.out[1], OW = g.out[2];
   const bool want_max = p.type != PoolingType::kAVERAGE, want_avg = p.type != PoolingType::kMAX;
-  const double blend = p.type == PoolingType::kMAX_AVERAGE_BLEND ? p.blend_factor : 0.0;
-  std::array<i64, kS> lim{};
-  for (int i = 0; i < kS; ++i) lim[i] = g.same ? INT64_MAX / 4 : g.in[i] + g.post[i];
+  const std::array<i64, kS> lim = pool_limits(g);
   const i64 rows = g.N * OD * OH;  // (n, od, oh): OW positions of C channels each
   parallel_rows(rows, OW * g.kvol * C, [&](i64 r0, i64 r1) {
     std::vector<float> mx(static_cast<std::size_t>(C));
@@ -875,17 +889,10 @@ void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x
     for (i64 r = r0; r < r1; ++r) {
       const i64 oh = r % OH, od = (r / OH) % OD, n = r / (OH * OD);
       const T* xn = xs + n * g.in_sp * C;
-      const i64 sd = od * g.s[0] - g.pre[0], sh = oh * g.s[1] - g.pre[1];
-      const i64 d0 = std::max<i64>(0, sd), d1 = std::min(g.in[0], sd + g.k[0]);
-      const i64 h0 = std::max<i64>(0, sh), h1 = std::min(g.in[1], sh + g.k[1]);
-      const i64 pd = std::min(sd + g.k[0], lim[0]) - sd, ph = std::min(sh + g.k[1], lim[1]) - sh;
       for (i64 ow = 0; ow < OW; ++ow) {
         T* o = os + (r * OW + ow) * C;
-        const i64 sw = ow * g.s[2] - g.pre[2];
-        const i64 w0 = std::max<i64>(0, sw), w1 = std::min(g.in[2], sw + g.k[2]);
-        const i64 pw = std::min(sw + g.k[2], lim[2]) - sw;
-        const i64 count = std::max<i64>(0, d1 - d0) * std::max<i64>(0, h1 - h0) * std::max<i64>(0, w1 - w0);
-        if (count == 0) {
+        const PoolWindow w = pool_window(g, lim, {od, oh, ow});
+        if (w.count == 0) {
           for (i64 c = 0; c < C; ++c) o[c] = Tr::store(0.f);
           continue;
         }
@@ -893,9 +900,9 @@ void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x
         std::fill(sum.begin(), sum.end(), 0.0);
         float* m = mx.data();
         double* su = sum.data();
-        for (i64 id = d0; id < d1; ++id)
-          for (i64 ih = h0; ih < h1; ++ih)
-            for (i64 iw = w0; iw < w1; ++iw) {
+        for (i64 id = w.lo[0]; id < w.hi[0]; ++id)
+          for (i64 ih = w.lo[1]; ih < w.hi[1]; ++ih)
+            for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) {
               const T* v = xn + ((id * g.in[1] + ih) * g.in[2] + iw) * C;
               if (want_max)
                 for (i64 c = 0; c < C; ++c) {
@@ -906,17 +913,7 @@ void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x
               if (want_avg)
                 for (i64 c = 0; c < C; ++c) su[c] += Tr::load(v[c]);
             }
-        const double div = p.average_count_excludes_padding ? static_cast<double>(count) : static_cast<double>(pd * ph * pw);
-        for (i64 c = 0; c < C; ++c) {
-          double result;
-          if (p.type == PoolingType::kMAX) {
-            result = m[c];
-          } else {
-            const double avg = su[c] / div;
-            result = p.type == PoolingType::kAVERAGE ? avg : blend * static_cast<double>(m[c]) + (1.0 - blend) * avg;
-          }
-          o[c] = Tr::store(static_cast<float>(result));
-        }
+        for (i64 c = 0; c < C; ++c) o[c] = Tr::store(static_cast<float>(pool_value(p, m[c], su[c], w)));
       }
     }
   });
