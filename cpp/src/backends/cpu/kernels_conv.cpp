@@ -872,8 +872,9 @@ void pool(const PoolingParams& p, const Geo& g, const TensorRef& x, const Tensor
 // The same pooling over channels-last values: x and out hold [N, spatial..., C] (their dims are
 // the logical [N, C, spatial...]). Each output position walks its window's taps in exact_row's
 // order for all C channels at once (a NaN sticks, the first of equal values is kept, the
-// average's sum in double), so every element is the packed kernel's bit for bit; the channel
-// loop is contiguous and vectorizes.
+// average's sum in double), so every element is the packed kernel's bit for bit (but for the sign
+// of an average over NaNs of both signs, which follows the compiler's operand order in either);
+// the channel loop is contiguous and vectorizes.
 template <class Tr>
 void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x, const TensorRef& out) {
   using T = typename Tr::T;
@@ -896,24 +897,32 @@ void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x
           for (i64 c = 0; c < C; ++c) o[c] = Tr::store(0.f);
           continue;
         }
-        std::fill(mx.begin(), mx.end(), -INFINITY);
-        std::fill(sum.begin(), sum.end(), 0.0);
-        float* m = mx.data();
-        double* su = sum.data();
+        float* __restrict m = mx.data();
+        double* __restrict su = sum.data();
+        if (want_max) std::fill_n(m, C, -INFINITY);
+        if (want_avg) std::fill_n(su, C, 0.0);
         for (i64 id = w.lo[0]; id < w.hi[0]; ++id)
           for (i64 ih = w.lo[1]; ih < w.hi[1]; ++ih)
             for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) {
               const T* v = xn + ((id * g.in[1] + ih) * g.in[2] + iw) * C;
-              if (want_max)
+              if (want_max) {
+                // exact_row's rule without branches (so the loop vectorizes): the tap replaces
+                // the maximum when greater or NaN, unless the maximum is already NaN.
+#pragma omp simd
                 for (i64 c = 0; c < C; ++c) {
-                  const float f = Tr::load(v[c]);
-                  const bool take = f > m[c] || f != f;  // exact_row: v > max or NaN, unless max is NaN
-                  m[c] = m[c] != m[c] ? m[c] : take ? f : m[c];
+                  const float f = Tr::load(v[c]), cur = m[c];
+                  m[c] = (((f > cur) | (f != f)) & (cur == cur)) ? f : cur;
                 }
+              }
               if (want_avg)
                 for (i64 c = 0; c < C; ++c) su[c] += Tr::load(v[c]);
             }
-        for (i64 c = 0; c < C; ++c) o[c] = Tr::store(static_cast<float>(pool_value(p, m[c], su[c], w)));
+        if (p.type == PoolingType::kMAX) {  // pool_value is the maximum itself
+#pragma omp simd
+          for (i64 c = 0; c < C; ++c) o[c] = Tr::store(m[c]);
+        } else {
+          for (i64 c = 0; c < C; ++c) o[c] = Tr::store(static_cast<float>(pool_value(p, m[c], su[c], w)));
+        }
       }
     }
   });
