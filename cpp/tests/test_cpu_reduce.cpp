@@ -930,6 +930,44 @@ TEST(CpuSoftmax, MaskedValuesGiveExactZeros) {
   }
 }
 
+// float32 rows run 16 lanes wide where the CPU has AVX-512 (softmax_rows_wide); their results
+// are the baseline rows' bit for bit (TENSORACLE_SOFTMAX_NO_AVX512=1 takes the baseline): row
+// lengths around the 16-lane sum's remainder, random values, masked keys near float32's
+// minimum, -inf and NaN, and in place. (Fused multiply-adds in the wide code, for one, would
+// change many of them.)
+TEST(CpuSoftmax, WideRowsMatchTheBaselineBitForBit) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl"))
+    GTEST_SKIP() << "this CPU has no AVX-512: only the baseline rows run here";
+  struct Baseline {
+    Baseline() { setenv("TENSORACLE_SOFTMAX_NO_AVX512", "1", 1); }
+    ~Baseline() { unsetenv("TENSORACLE_SOFTMAX_NO_AVX512"); }
+  };
+  std::mt19937 rng(12);
+  const double specials[] = {-3.4028234663852886e38, -1e30, -std::numeric_limits<double>::infinity(),
+                             std::numeric_limits<double>::quiet_NaN(), 88.0, -104.5};
+  std::size_t compared = 0;
+  for (i64 n : {1, 7, 15, 16, 17, 33, 128, 1000}) {
+    Buf x(DataType::kFLOAT, Dims{48, n});
+    fill_uniform(x, rng, -30, 30);
+    for (i64 r = 0; r < 48; r += 3)  // every third row: a few special values
+      for (int k = 0; k < 3; ++k) x.set(r * n + static_cast<i64>(rng() % static_cast<unsigned>(n)), specials[rng() % 6]);
+    Buf wide(DataType::kFLOAT, x.dims), base(DataType::kFLOAT, x.dims), in_place = x;
+    cpu::softmax(1, x.ref(), wide.ref());
+    cpu::softmax(1, in_place.ref(), in_place.ref());
+    {
+      Baseline env;
+      cpu::softmax(1, x.ref(), base.ref());
+    }
+    for (i64 i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(wide.raw(i), base.raw(i)) << n << " columns, element " << i << ": " << wide.get(i) << " vs " << base.get(i);
+      ASSERT_EQ(in_place.raw(i), base.raw(i)) << n << " columns, element " << i << " in place";
+    }
+    compared += static_cast<std::size_t>(x.size());
+  }
+  EXPECT_GT(compared, 50000u);
+}
+
 TEST(CpuSoftmax, InPlaceAndRejects) {
   std::mt19937 rng(4);
   for (const auto& [d, axis] : {std::pair{Dims{4, 6}, 1}, std::pair{Dims{4, 6}, 0}}) {

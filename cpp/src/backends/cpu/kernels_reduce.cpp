@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -604,37 +605,86 @@ float row_max(const typename FT::T* p, i64 n) noexcept {
   return nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
+// Rows of up to kSoftmaxBufferMax elements go through a buffer of their exponentials.
+constexpr i64 kSoftmaxBufferMax = i64{1} << 16;
+
+// One row of n <= kSoftmaxBufferMax contiguous elements: its maximum, e^(x - max) into `ex`,
+// their sum in double, then each quotient. The sum runs in 16 lanes, lane j over the elements
+// j, j + 16, ... in order, then a fixed tree: the same roundings whatever vector width the
+// compiler gives the loop (softmax_rows_wide's results are this function's bit for bit).
+template <class FT>
+inline void softmax_row(const typename FT::T* p, typename FT::T* o, i64 n, float* ex) {
+  const float m = row_max<FT>(p, n);
+  TA_SIMD
+  for (i64 i = 0; i < n; ++i) ex[i] = exp_nonpositive(FT::load(p[i]) - m);
+  double part[16] = {};
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    TA_SIMD
+    for (int j = 0; j < 16; ++j) part[j] += static_cast<double>(ex[i + j]);
+  }
+  for (i64 j = 0; i + j < n; ++j) part[j] += static_cast<double>(ex[i + j]);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) part[j] += part[j + w];
+  const double inv = 1.0 / part[0];
+  TA_SIMD
+  for (i64 k = 0; k < n; ++k) o[k] = FT::store_d(static_cast<double>(ex[k]) * inv);
+}
+
+// float32 rows [b, e) through softmax_row compiled for AVX-512 (16 float lanes instead of SSE2's
+// 4): everything it calls is inlined into it (flatten) and so compiled for it; the translation
+// unit keeps -ffp-contract=off (CMakeLists.txt), so no multiply-add is fused and each lane
+// computes what the baseline code computes. Called only where softmax_wide() holds.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TA_SOFTMAX_WIDE 1
+[[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]] void softmax_rows_wide(const float* x, float* out,
+                                                                                            i64 b, i64 e, i64 n, float* ex) {
+  for (i64 r = b; r < e; ++r) softmax_row<F32>(x + r * n, out + r * n, n, ex);
+}
+#endif
+
+// Whether float32 softmax rows take softmax_rows_wide: the CPU (and the OS) support AVX-512 F,
+// DQ, BW and VL, and TENSORACLE_SOFTMAX_NO_AVX512 is unset (as compare.cpp's
+// TENSORACLE_COMPARE_NO_AVX2: for the test that compares both paths, and for debugging).
+bool softmax_wide() {
+#ifdef TA_SOFTMAX_WIDE
+  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return cpu && !std::getenv("TENSORACLE_SOFTMAX_NO_AVX512");
+#else
+  return false;
+#endif
+}
+
 // Rows of n contiguous elements (the axis is the innermost non-trivial dim).
 template <class FT>
 void softmax_rows(const typename FT::T* x, typename FT::T* out, i64 rows, i64 n) {
-  constexpr i64 kBufferMax = i64{1} << 16;
+  [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && n <= kSoftmaxBufferMax && softmax_wide();
   detail::parallel_ranges(
       rows,
       [&](i64 b, i64 e) {
-        std::vector<float> buf(static_cast<std::size_t>(n <= kBufferMax ? n : 0));
+        std::vector<float> buf(static_cast<std::size_t>(n <= kSoftmaxBufferMax ? n : 0));
+#ifdef TA_SOFTMAX_WIDE
+        if constexpr (std::is_same_v<FT, F32>)
+          if (wide) {
+            softmax_rows_wide(x, out, b, e, n, buf.data());
+            return;
+          }
+#endif
         for (i64 r = b; r < e; ++r) {
           const auto* p = x + r * n;
           auto* o = out + r * n;
+          if (n <= kSoftmaxBufferMax) {
+            softmax_row<FT>(p, o, n, buf.data());
+            continue;
+          }
           const float m = row_max<FT>(p, n);
           double s = 0.0;
-          if (n <= kBufferMax) {
-            float* ex = buf.data();
-            TA_SIMD_REDUCE(+, s)
-            for (i64 i = 0; i < n; ++i) {
-              ex[i] = exp_nonpositive(FT::load(p[i]) - m);
-              s += static_cast<double>(ex[i]);
-            }
-            const double inv = 1.0 / s;
-            TA_SIMD
-            for (i64 i = 0; i < n; ++i) o[i] = FT::store_d(static_cast<double>(ex[i]) * inv);
-          } else {
-            TA_SIMD_REDUCE(+, s)
-            for (i64 i = 0; i < n; ++i) s += static_cast<double>(exp_nonpositive(FT::load(p[i]) - m));
-            const double inv = 1.0 / s;
-            TA_SIMD
-            for (i64 i = 0; i < n; ++i)
-              o[i] = FT::store_d(static_cast<double>(exp_nonpositive(FT::load(p[i]) - m)) * inv);
-          }
+          TA_SIMD_REDUCE(+, s)
+          for (i64 i = 0; i < n; ++i) s += static_cast<double>(exp_nonpositive(FT::load(p[i]) - m));
+          const double inv = 1.0 / s;
+          TA_SIMD
+          for (i64 i = 0; i < n; ++i) o[i] = FT::store_d(static_cast<double>(exp_nonpositive(FT::load(p[i]) - m)) * inv);
         }
       },
       min_items(3 * n));
