@@ -232,7 +232,8 @@ def main(argv: list[str]) -> int:
     print(f"MiniLM-shaped encoder (hidden {config.hidden}, {config.layers} layers, {config.heads} heads, "
           f"FFN {config.intermediate}) + mean pooling, fp32, batch {args.batch} x {args.seq} tokens")
     print(f"cpu: {cpu_model()}, {os.cpu_count()} logical cores; threads n = {n}; {load_line()}; "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset: libgomp default)')}")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset: libgomp default)')}, "
+          f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '(unset)')}")
     print(f"tensoracle {tensoracle.__version__}, onnxruntime {ort.__version__}, torch {torch.__version__}, "
           f"numpy {np.__version__}, python {platform.python_version()}")
 

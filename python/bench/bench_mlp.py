@@ -41,7 +41,8 @@ import time
 from typing import Callable
 
 # The threading variables as the user set them, before any import: importing tensoracle sets
-# OMP_WAIT_POLICY (setdefault) so that its libgomp workers do not spin.
+# OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=2000 (unless the user set a policy) so that its
+# libgomp workers spin only briefly before they sleep.
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_WAIT_POLICY",
             "GOMP_SPINCOUNT")
 ENV_AT_START = {k: os.environ.get(k) for k in ENV_VARS}

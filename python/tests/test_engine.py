@@ -151,3 +151,24 @@ def test_cli_inspects_engines(engines, cli):
     damaged.write_bytes(path.read_bytes()[:-3])
     result = subprocess.run([cli, "inspect", str(damaged)], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    "user, expected",
+    [
+        ({}, {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "2000"}),
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}),
+        ({"OMP_WAIT_POLICY": "passive"}, {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": None}),
+        ({"GOMP_SPINCOUNT": "0"}, {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0"}),
+    ],
+)
+def test_import_bounds_the_openmp_spin_unless_the_user_chose_a_policy(user, expected):
+    """Importing tensoracle (before libgomp loads) makes waiting CPU threads spin briefly, then
+    sleep; a wait policy the user set is kept, and no spin count is added to override it."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(user)
+    script = "import json, os, tensoracle; print(json.dumps({k: os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')}))"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == expected
