@@ -9,7 +9,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <random>
 #include <span>
@@ -809,8 +811,16 @@ TEST(CpuConvPool, MaxRowsKeepTheFirstOfEqualValuesAndNaN) {
 // The channels-last kernel gives every element the packed kernel's value bit for bit (same taps
 // in the same order, the same NaN / first-of-equal rule, the same double sums): every case and
 // type on random data, and on data full of ties, signed zeros, -inf and NaNs; one channel and
-// many (a vector loop and its remainder).
+// many (vector loops and their remainders). On a CPU with AVX-512 the float32 max pools run twice:
+// compiled for it (the default) and as baseline code (TENSORACLE_POOL_NO_AVX512=1).
 TEST(CpuConvPool, ChannelsLastMatchesThePackedKernelBitForBit) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#else
+  const bool avx512 = false;
+#endif
+  if (!avx512) std::cout << "[   NOTE   ] no AVX-512 here: only the baseline channels-last kernel runs\n";
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   // Each element's value bit for bit (as an exact double: signed zeros apart), a NaN by its sign
   // where the maximum decides it (the first NaN of a window is kept); an average's NaN as NaN
@@ -835,37 +845,47 @@ TEST(CpuConvPool, ChannelsLastMatchesThePackedKernelBitForBit) {
         }
     return y;
   };
-  for (DataType t : kTypes)
-    for (const auto& base : pool_cases())
-      for (i64 channels : {i64{1}, i64{19}})
-        for (int data = 0; data < 2; ++data) {
-          PoolCase c = base;
-          c.spec.x[1] = channels;
-          std::mt19937 rng(11);
-          Tensor x = random_tensor(t, c.spec.x, rng, -2.0, 2.0);
-          if (data == 1) {
-            // (NaNs of both signs: the first NaN of a window is the one kept)
-            const double specials[] = {0.0, -0.0, 1.0, 1.0, -inf, nan, 2.0, -0.0, -nan};
-            for (i64 i = 0; i < x.size(); ++i) x.set(i, specials[static_cast<std::size_t>(rng() % 9)]);
+  struct Baseline {
+    explicit Baseline(bool on) {
+      if (on) setenv("TENSORACLE_POOL_NO_AVX512", "1", 1);
+    }
+    ~Baseline() { unsetenv("TENSORACLE_POOL_NO_AVX512"); }
+  };
+  for (bool baseline : {false, true})
+    for (DataType t : kTypes)
+      for (const auto& base : pool_cases())
+        for (i64 channels : {i64{1}, i64{19}, i64{64}})
+          for (int data = 0; data < 2; ++data) {
+            if (baseline && (!avx512 || t != kF32 || base.spec.type != PoolingType::kMAX)) continue;
+            const Baseline env(baseline);
+            PoolCase c = base;
+            c.spec.x[1] = channels;
+            std::mt19937 rng(11);
+            Tensor x = random_tensor(t, c.spec.x, rng, -2.0, 2.0);
+            if (data == 1) {
+              // (NaNs of both signs: the first NaN of a window is the one kept)
+              const double specials[] = {0.0, -0.0, 1.0, 1.0, -inf, nan, 2.0, -0.0, -nan};
+              for (i64 i = 0; i < x.size(); ++i) x.set(i, specials[static_cast<std::size_t>(rng() % 9)]);
+            }
+            const Tensor packed = run_pool(c.spec, t, x);
+            PoolingParams p;
+            p.type = c.spec.type;
+            p.window = dims_of(c.spec.window);
+            if (!c.spec.s.empty()) p.stride = dims_of(c.spec.s);
+            if (!c.spec.pre.empty()) p.pre_padding = dims_of(c.spec.pre);
+            if (!c.spec.post.empty()) p.post_padding = dims_of(c.spec.post);
+            p.padding_mode = c.spec.mode;
+            p.average_count_excludes_padding = c.spec.excludes_padding;
+            p.blend_factor = c.spec.blend;
+            Tensor xcl = to_cl(x, false);
+            Tensor ocl(t, packed.dims);
+            cpu::pooling_channels_last(p, xcl.ref(), ocl.ref());
+            ASSERT_TRUE(ocl.intact()) << c.name;
+            const bool averaged = c.spec.type != PoolingType::kMAX;
+            EXPECT_EQ(bits(to_cl(ocl, true), averaged), bits(packed, averaged))
+                << c.name << " " << type_str(t) << ", " << channels << " channels, " << (data ? "special" : "random")
+                << " data" << (baseline ? ", baseline code" : "");
           }
-          const Tensor packed = run_pool(c.spec, t, x);
-          PoolingParams p;
-          p.type = c.spec.type;
-          p.window = dims_of(c.spec.window);
-          if (!c.spec.s.empty()) p.stride = dims_of(c.spec.s);
-          if (!c.spec.pre.empty()) p.pre_padding = dims_of(c.spec.pre);
-          if (!c.spec.post.empty()) p.post_padding = dims_of(c.spec.post);
-          p.padding_mode = c.spec.mode;
-          p.average_count_excludes_padding = c.spec.excludes_padding;
-          p.blend_factor = c.spec.blend;
-          Tensor xcl = to_cl(x, false);
-          Tensor ocl(t, packed.dims);
-          cpu::pooling_channels_last(p, xcl.ref(), ocl.ref());
-          ASSERT_TRUE(ocl.intact()) << c.name;
-          const bool averaged = c.spec.type != PoolingType::kMAX;
-          EXPECT_EQ(bits(to_cl(ocl, true), averaged), bits(packed, averaged))
-              << c.name << " " << type_str(t) << ", " << channels << " channels, " << (data ? "special" : "random") << " data";
-        }
 }
 
 TEST(CpuConvPool, RejectsWrongOutput) {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -83,6 +84,17 @@ void parallel_ranges(std::int64_t n, const std::function<void(std::int64_t, std:
 #pragma omp parallel for num_threads(static_cast<int>(nt)) schedule(static, 1)
 #endif
   for (std::int64_t t = 0; t < nt; ++t) fn(n * t / nt, n * (t + 1) / nt);
+}
+
+bool avx512_kernels(const char* baseline_variable) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return cpu && !std::getenv(baseline_variable);
+#else
+  (void)baseline_variable;
+  return false;
+#endif
 }
 
 }  // namespace detail

@@ -869,62 +869,93 @@ void pool(const PoolingParams& p, const Geo& g, const TensorRef& x, const Tensor
   });
 }
 
+// Rows [r0, r1) of (n, od, oh) positions, OW outputs of C channels each; mx and sum hold C
+// values of scratch.
+template <class Tr>
+void pool_channels_last_rows(const PoolingParams& p, const Geo& g, const std::array<i64, kS>& lim,
+                             const typename Tr::T* xs, typename Tr::T* os, i64 r0, i64 r1, float* mx, double* sum) {
+  const i64 C = g.C, OD = g.out[0], OH = g.out[1], OW = g.out[2];
+  const bool want_max = p.type != PoolingType::kAVERAGE, want_avg = p.type != PoolingType::kMAX;
+  for (i64 r = r0; r < r1; ++r) {
+    const i64 oh = r % OH, od = (r / OH) % OD, n = r / (OH * OD);
+    const auto* xn = xs + n * g.in_sp * C;
+    for (i64 ow = 0; ow < OW; ++ow) {
+      auto* o = os + (r * OW + ow) * C;
+      const PoolWindow w = pool_window(g, lim, {od, oh, ow});
+      if (w.count == 0) {
+        for (i64 c = 0; c < C; ++c) o[c] = Tr::store(0.f);
+        continue;
+      }
+      float* __restrict m = mx;
+      double* __restrict su = sum;
+      if (want_max) std::fill_n(m, C, -INFINITY);
+      if (want_avg) std::fill_n(su, C, 0.0);
+      for (i64 id = w.lo[0]; id < w.hi[0]; ++id)
+        for (i64 ih = w.lo[1]; ih < w.hi[1]; ++ih)
+          for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) {
+            const auto* v = xn + ((id * g.in[1] + ih) * g.in[2] + iw) * C;
+            if (want_max) {
+              // exact_row's rule without branches (so the loop vectorizes): the tap replaces
+              // the maximum when greater or NaN, unless the maximum is already NaN.
+#pragma omp simd
+              for (i64 c = 0; c < C; ++c) {
+                const float f = Tr::load(v[c]), cur = m[c];
+                m[c] = (((f > cur) | (f != f)) & (cur == cur)) ? f : cur;
+              }
+            }
+            if (want_avg)
+              for (i64 c = 0; c < C; ++c) su[c] += Tr::load(v[c]);
+          }
+      if (p.type == PoolingType::kMAX) {  // pool_value is the maximum itself
+#pragma omp simd
+        for (i64 c = 0; c < C; ++c) o[c] = Tr::store(m[c]);
+      } else {
+        for (i64 c = 0; c < C; ++c) o[c] = Tr::store(static_cast<float>(pool_value(p, m[c], su[c], w)));
+      }
+    }
+  }
+}
+
+// A float32 max pool's rows compiled for AVX-512 (16 lanes instead of SSE2's 4; everything it
+// calls is inlined into it, flatten, and so compiled for it). Selecting and copying floats is
+// exact in any width: the results are the baseline's bit for bit (a test compares them). Only
+// for kMAX (no arithmetic on the values) and where avx512_kernels() holds.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TA_POOL_WIDE 1
+[[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]] void max_pool_channels_last_rows_wide(
+    const PoolingParams& p, const Geo& g, const std::array<i64, kS>& lim, const float* xs, float* os, i64 r0, i64 r1,
+    float* mx, double* sum) {
+  pool_channels_last_rows<F32>(p, g, lim, xs, os, r0, r1, mx, sum);
+}
+#endif
+
 // The same pooling over channels-last values: x and out hold [N, spatial..., C] (their dims are
 // the logical [N, C, spatial...]). Each output position walks its window's taps in exact_row's
 // order for all C channels at once (a NaN sticks, the first of equal values is kept, the
 // average's sum in double), so every element is the packed kernel's bit for bit (but for the sign
 // of an average over NaNs of both signs, which follows the compiler's operand order in either);
-// the channel loop is contiguous and vectorizes.
+// the channel loop is contiguous and vectorizes. A float32 max pool runs in AVX-512 where the CPU
+// has it (TENSORACLE_POOL_NO_AVX512=1 keeps the baseline).
 template <class Tr>
 void pool_channels_last(const PoolingParams& p, const Geo& g, const TensorRef& x, const TensorRef& out) {
   using T = typename Tr::T;
   const auto* xs = static_cast<const T*>(x.data);
   auto* os = static_cast<T*>(out.data);
-  const i64 C = g.C, OD = g.out[0], OH = g.out[1], OW = g.out[2];
-  const bool want_max = p.type != PoolingType::kAVERAGE, want_avg = p.type != PoolingType::kMAX;
   const std::array<i64, kS> lim = pool_limits(g);
-  const i64 rows = g.N * OD * OH;  // (n, od, oh): OW positions of C channels each
-  parallel_rows(rows, OW * g.kvol * C, [&](i64 r0, i64 r1) {
-    std::vector<float> mx(static_cast<std::size_t>(C));
-    std::vector<double> sum(static_cast<std::size_t>(C));
-    for (i64 r = r0; r < r1; ++r) {
-      const i64 oh = r % OH, od = (r / OH) % OD, n = r / (OH * OD);
-      const T* xn = xs + n * g.in_sp * C;
-      for (i64 ow = 0; ow < OW; ++ow) {
-        T* o = os + (r * OW + ow) * C;
-        const PoolWindow w = pool_window(g, lim, {od, oh, ow});
-        if (w.count == 0) {
-          for (i64 c = 0; c < C; ++c) o[c] = Tr::store(0.f);
-          continue;
-        }
-        float* __restrict m = mx.data();
-        double* __restrict su = sum.data();
-        if (want_max) std::fill_n(m, C, -INFINITY);
-        if (want_avg) std::fill_n(su, C, 0.0);
-        for (i64 id = w.lo[0]; id < w.hi[0]; ++id)
-          for (i64 ih = w.lo[1]; ih < w.hi[1]; ++ih)
-            for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) {
-              const T* v = xn + ((id * g.in[1] + ih) * g.in[2] + iw) * C;
-              if (want_max) {
-                // exact_row's rule without branches (so the loop vectorizes): the tap replaces
-                // the maximum when greater or NaN, unless the maximum is already NaN.
-#pragma omp simd
-                for (i64 c = 0; c < C; ++c) {
-                  const float f = Tr::load(v[c]), cur = m[c];
-                  m[c] = (((f > cur) | (f != f)) & (cur == cur)) ? f : cur;
-                }
-              }
-              if (want_avg)
-                for (i64 c = 0; c < C; ++c) su[c] += Tr::load(v[c]);
-            }
-        if (p.type == PoolingType::kMAX) {  // pool_value is the maximum itself
-#pragma omp simd
-          for (i64 c = 0; c < C; ++c) o[c] = Tr::store(m[c]);
-        } else {
-          for (i64 c = 0; c < C; ++c) o[c] = Tr::store(static_cast<float>(pool_value(p, m[c], su[c], w)));
-        }
+  const i64 rows = g.N * g.out[0] * g.out[1];  // (n, od, oh): OW positions of C channels each
+  [[maybe_unused]] const bool wide = std::is_same_v<Tr, F32> && p.type == PoolingType::kMAX &&
+                                     detail::avx512_kernels("TENSORACLE_POOL_NO_AVX512");
+  parallel_rows(rows, g.out[2] * g.kvol * g.C, [&](i64 r0, i64 r1) {
+    std::vector<float> mx(static_cast<std::size_t>(g.C));
+    std::vector<double> sum(static_cast<std::size_t>(g.C));
+#ifdef TA_POOL_WIDE
+    if constexpr (std::is_same_v<Tr, F32>)
+      if (wide) {
+        max_pool_channels_last_rows_wide(p, g, lim, xs, os, r0, r1, mx.data(), sum.data());
+        return;
       }
-    }
+#endif
+    pool_channels_last_rows<Tr>(p, g, lim, xs, os, r0, r1, mx.data(), sum.data());
   });
 }
 

@@ -643,14 +643,11 @@ inline void softmax_row(const typename FT::T* p, typename FT::T* o, i64 n, float
 }
 #endif
 
-// Whether float32 softmax rows take softmax_rows_wide: the CPU (and the OS) support AVX-512 F,
-// DQ, BW and VL, and TENSORACLE_SOFTMAX_NO_AVX512 is unset (as compare.cpp's
-// TENSORACLE_COMPARE_NO_AVX2: for the test that compares both paths, and for debugging).
+// Whether float32 softmax rows take softmax_rows_wide: AVX-512 and TENSORACLE_SOFTMAX_NO_AVX512
+// unset (as compare.cpp's TENSORACLE_COMPARE_NO_AVX2).
 bool softmax_wide() {
 #ifdef TA_SOFTMAX_WIDE
-  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return cpu && !std::getenv("TENSORACLE_SOFTMAX_NO_AVX512");
+  return detail::avx512_kernels("TENSORACLE_SOFTMAX_NO_AVX512");
 #else
   return false;
 #endif

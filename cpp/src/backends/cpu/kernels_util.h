@@ -23,6 +23,12 @@ void ensure_blas_threads();
 // type, or missing data.
 std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name);
 
+// Whether the CPU (and the OS) run AVX-512 F, DQ, BW and VL and the environment variable
+// `baseline_variable` (a kernel's switch back to its baseline code: for the tests that compare
+// the two, and for debugging) is unset. The kernels compiled for AVX-512 (gnu::target) take that
+// path only where this holds. False on other architectures.
+bool avx512_kernels(const char* baseline_variable);
+
 // Calls fn(begin, end) over [0, n) in one contiguous range per thread (OpenMP), using several
 // threads only when n >= parallel_min.
 void parallel_ranges(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
