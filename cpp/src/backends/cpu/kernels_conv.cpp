@@ -886,31 +886,50 @@ void pool_channels_last_rows(const PoolingParams& p, const Geo& g, const std::ar
         for (i64 c = 0; c < C; ++c) o[c] = Tr::store(0.f);
         continue;
       }
+      // exact_row's rule without branches (so the loops vectorize): the tap replaces the
+      // maximum when greater or NaN, unless the maximum is already NaN.
+      auto take = [](float f, float cur) { return (((f > cur) | (f != f)) & (cur == cur)) ? f : cur; };
+      auto tap = [&](i64 id, i64 ih, i64 iw) { return xn + ((id * g.in[1] + ih) * g.in[2] + iw) * C; };
+      i64 c0 = 0;  // channels below c0 are done
+      if (p.type == PoolingType::kMAX) {
+        // Blocks of 16 channels whose maxima stay in registers over the window's taps.
+        for (; c0 + 16 <= C; c0 += 16) {
+          float acc[16];
+          for (int j = 0; j < 16; ++j) acc[j] = -INFINITY;
+          for (i64 id = w.lo[0]; id < w.hi[0]; ++id)
+            for (i64 ih = w.lo[1]; ih < w.hi[1]; ++ih)
+              for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) {
+                const auto* v = tap(id, ih, iw) + c0;
+#pragma omp simd
+                for (int j = 0; j < 16; ++j) acc[j] = take(Tr::load(v[j]), acc[j]);
+              }
+#pragma omp simd
+          for (int j = 0; j < 16; ++j) o[c0 + j] = Tr::store(acc[j]);
+        }
+        if (c0 == C) continue;
+      }
+      const i64 rest = C - c0;  // the other channels: their maxima (and sums) in scratch
       float* __restrict m = mx;
       double* __restrict su = sum;
-      if (want_max) std::fill_n(m, C, -INFINITY);
-      if (want_avg) std::fill_n(su, C, 0.0);
+      if (want_max) std::fill_n(m, rest, -INFINITY);
+      if (want_avg) std::fill_n(su, rest, 0.0);
       for (i64 id = w.lo[0]; id < w.hi[0]; ++id)
         for (i64 ih = w.lo[1]; ih < w.hi[1]; ++ih)
           for (i64 iw = w.lo[2]; iw < w.hi[2]; ++iw) {
-            const auto* v = xn + ((id * g.in[1] + ih) * g.in[2] + iw) * C;
+            const auto* v = tap(id, ih, iw) + c0;
             if (want_max) {
-              // exact_row's rule without branches (so the loop vectorizes): the tap replaces
-              // the maximum when greater or NaN, unless the maximum is already NaN.
 #pragma omp simd
-              for (i64 c = 0; c < C; ++c) {
-                const float f = Tr::load(v[c]), cur = m[c];
-                m[c] = (((f > cur) | (f != f)) & (cur == cur)) ? f : cur;
-              }
+              for (i64 c = 0; c < rest; ++c) m[c] = take(Tr::load(v[c]), m[c]);
             }
             if (want_avg)
-              for (i64 c = 0; c < C; ++c) su[c] += Tr::load(v[c]);
+              for (i64 c = 0; c < rest; ++c) su[c] += Tr::load(v[c]);
           }
+      o += c0;
       if (p.type == PoolingType::kMAX) {  // pool_value is the maximum itself
 #pragma omp simd
-        for (i64 c = 0; c < C; ++c) o[c] = Tr::store(m[c]);
+        for (i64 c = 0; c < rest; ++c) o[c] = Tr::store(m[c]);
       } else {
-        for (i64 c = 0; c < C; ++c) o[c] = Tr::store(static_cast<float>(pool_value(p, m[c], su[c], w)));
+        for (i64 c = 0; c < rest; ++c) o[c] = Tr::store(static_cast<float>(pool_value(p, m[c], su[c], w)));
       }
     }
   }
