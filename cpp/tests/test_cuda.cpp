@@ -1274,7 +1274,7 @@ TEST(Cuda, FusedActivationQuantizeMatchesSeparatePasses) {
 // second row tile), 1, 33 and 300 rows through a ranged engine, a CUDA graph replay; tactics
 // that do not match the node are refused.
 TEST(Cuda, FusedFp8GemmMatchesCublasltAndTheCpuBackend) {
-  constexpr int K = 256, N1 = 384, N2 = 144;
+  constexpr int K = 256, N1 = 640, N2 = 144;
   const std::vector<float> w1 = uniform(N1 * K, -0.25f, 0.25f, 81), w2 = uniform(N2 * N1, -0.25f, 0.25f, 82);
   const std::vector<float> b1 = uniform(N1, -0.5f, 0.5f, 83), b2 = uniform(N2, -0.5f, 0.5f, 84);
   const float xs = 1.f / 448, ws = 0.25f / 448, hs = 4.f / 448;
@@ -1357,14 +1357,26 @@ TEST(Cuda, FusedFp8GemmMatchesCublasltAndTheCpuBackend) {
   EXPECT_LT(worst_cpu, 0.1);
   EXPECT_LT(err, 2e-2 * mag);
 
-  // One execution run twice (the second replays its CUDA graph; the table is built on the first).
-  {
+  // One execution run twice (the second replays its CUDA graph; the table is built on the first),
+  // with and without programmatic dependent launch (the same sums and table: bit for bit). The
+  // second layer's 640-deep product takes the main loop's pairs of slices twice and its tail,
+  // and loads its table after the first stages; the first layer's (256 deep) before them.
+  struct ScopedEnv {  // (unset again also when an assertion returns early)
+    const char* name;
+    ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+    ~ScopedEnv() { unsetenv(name); }
+  };
+  const char* const settings[][2] = {{"TENSORACLE_FP8_PDL", "1"}, {"TENSORACLE_FP8_PDL", "0"}};
+  for (const auto& [name, value] : settings) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
+    const ScopedEnv setting(name, value);
     Engine e = Engine::deserialize(fused_bytes);
     auto exec = e.create_execution();
     for (int round = 0; round < 2; ++round) {
       auto r = exec.run({{"x", {DataType::kHALF, xd, x.data()}}});
       const auto* h = reinterpret_cast<const std::uint16_t*>(r.at("y").data.get());
-      for (std::size_t i = 0; i < fused.size(); ++i) ASSERT_EQ(core::half_to_float(h[i]), fused[i]) << "round " << round << " at " << i;
+      for (std::size_t i = 0; i < fused.size(); ++i)
+        ASSERT_EQ(core::half_to_float(h[i]), fused[i]) << "round " << round << " at " << i;
     }
   }
   // Ranged rows: 1, 33 and 300 (three row tiles, the last partial) against the CPU.

@@ -45,6 +45,16 @@ inline std::int64_t checked_volume(const TensorRef& t, const char* kernel, const
   return n;
 }
 
+// Programmatic dependent launch: a kernel launched after this one with the attribute (the fused
+// fp8 GEMM, fp8_gemm.cu) may start its prologue now, while this grid runs. Such a kernel reads,
+// before its griddepcontrol.wait, only memory that no earlier kernel in the stream writes (engine
+// weights, tables finished before it was launched); for every other kernel this is a no-op.
+__device__ inline void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Grid for a grid-stride loop over n elements: enough blocks to fill the device a few times
 // over, never more than n needs.
 constexpr int kThreads = 256;

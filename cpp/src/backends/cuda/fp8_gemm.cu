@@ -3,7 +3,9 @@
 // TENSORACLE_FP8_SM90A; elsewhere the kernel body is empty and fused_fp8_gemm_runs_on() is false.
 #include <cuda.h>  // CUtensorMap
 
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "backends/cuda/device_util.cuh"
@@ -24,13 +26,17 @@ struct Args {
   const float* scale_b;
   const __half* bias;
   const unsigned char* table;
+  int b_constant;  // b is unchanged by earlier kernels (an engine's weight): its first stages load early
 };
 
+// Stages of the operand ring: as many as fit beside the table (5 x 32 KB + 64 KB; 3 x 32 KB +
+// 128 KB) within the 227 KB a CTA may have.
 template <bool kQuantize>
 struct Config {
-  static constexpr int kStages = kQuantize ? 4 : 3;
+  static constexpr int kStages = kQuantize ? 5 : 3;
   static constexpr int kTable = kQuantize ? 65536 : 131072;
-  static constexpr std::size_t kSmem = 1024 + kStages * (kStageA + kStageB) + kTable + (2 * kStages + 1) * 8;
+  static constexpr int kBias = 2 * kBN;  // the tile's bias row, float16
+  static constexpr std::size_t kSmem = 1024 + kStages * (kStageA + kStageB) + kTable + kBias + (2 * kStages + 2) * 8;
 };
 
 #if defined(TENSORACLE_FP8_SM90A) && defined(__CUDA_ARCH__)
@@ -74,6 +80,9 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
                "r"(bytes), "r"(bar)
                : "memory");
 }
+// Programmatic dependent launch: wait until the kernels before this one in the stream have
+// completed and their writes are visible (returns at once when launched without the attribute).
+__device__ __forceinline__ void wait_for_previous_kernels() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -133,8 +142,10 @@ __global__ void __launch_bounds__(384, 1)
   unsigned char* sA = smem;
   unsigned char* sB = sA + S * kStageA;
   unsigned char* sT = sB + S * kStageB;
-  auto* bars = reinterpret_cast<unsigned long long*>(sT + C::kTable);
-  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + S), table_bar = smem_u32(bars + 2 * S);
+  unsigned char* sBias = sT + C::kTable;
+  auto* bars = reinterpret_cast<unsigned long long*>(sBias + C::kBias);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + S), table_bar = smem_u32(bars + 2 * S),
+                 bias_bar = smem_u32(bars + 2 * S + 1);
 
   const int mblocks = (args.M + kBM - 1) / kBM;
   const int m0 = static_cast<int>(blockIdx.x % mblocks) * kBM, n0 = static_cast<int>(blockIdx.x / mblocks) * kBN;
@@ -147,6 +158,7 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(empty0 + 8 * s, 2);
     }
     mbar_init(table_bar, 1);
+    mbar_init(bias_bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -154,45 +166,98 @@ __global__ void __launch_bounds__(384, 1)
   if (wg < 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
-      mbar_expect_tx(table_bar, C::kTable);
-      for (int off = 0; off < C::kTable; off += 65536) bulk_load(smem_u32(sT + off), args.table + off, 65536, table_bar);
+      dev::allow_dependent_launch();  // it only starts where this grid's CTAs leave room, and waits as below
+      // Before waiting for the previous kernel (programmatic dependent launch): the tile's bias
+      // row (an engine constant; N - n0 is a multiple of 16) and the first stages of a constant
+      // b; a (an earlier node's result) after. The table, needed only by the epilogue, once the
+      // first stages are on their way (issued first, its 64-128 KB per CTA delayed them: 0.7 us
+      // on the MLP).
+      auto load_table = [&] {
+        mbar_expect_tx(table_bar, C::kTable);
+        for (int off = 0; off < C::kTable; off += 65536) bulk_load(smem_u32(sT + off), args.table + off, 65536, table_bar);
+      };
+      {
+        const unsigned bytes = 2u * static_cast<unsigned>(args.N - n0 < kBN ? args.N - n0 : kBN);
+        mbar_expect_tx(bias_bar, bytes);
+        bulk_load(smem_u32(sBias), args.bias + n0, bytes, bias_bar);
+      }
+      const int early = args.b_constant ? (S < KT ? S : KT) : 0;
+      for (int kt = 0; kt < early; ++kt) {
+        mbar_expect_tx(full0 + 8 * kt, kStageA + kStageB);
+        tma_load(smem_u32(sB + kt * kStageB), &map_b, full0 + 8 * kt, kt * kBK, n0);
+      }
+      if (KT <= S) load_table();
+      wait_for_previous_kernels();
       for (int kt = 0; kt < KT; ++kt) {
+        if (kt == S) load_table();
         const int s = kt % S;
-        mbar_wait(empty0 + 8 * s, ((kt / S) & 1) ^ 1);
         const unsigned full = full0 + 8 * s;
-        mbar_expect_tx(full, kStageA + kStageB);
+        if (kt >= early) {
+          mbar_wait(empty0 + 8 * s, ((kt / S) & 1) ^ 1);
+          mbar_expect_tx(full, kStageA + kStageB);
+          tma_load(smem_u32(sB + s * kStageB), &map_b, full, kt * kBK, n0);
+        }
         tma_load(smem_u32(sA + s * kStageA), &map_a, full, kt * kBK, m0);
-        tma_load(smem_u32(sB + s * kStageB), &map_b, full, kt * kBK, n0);
       }
     }
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 
-  // Main loop: each 128-deep slice's products on the tensor cores into t, then summed into acc
-  // in float32 (the tensor cores' own fp8 accumulation is narrower).
-  float acc[64], t[64];
+  // Main loop: each 128-deep slice's products on the tensor cores into a set of slice sums, then
+  // added into acc in float32 (the tensor cores' own fp8 accumulation is narrower), as cuBLASLt
+  // promotes. Two sets, t and u: slice kt + 1 runs on the tensor cores while slice kt's sums are
+  // added, so the tensor cores do not wait for the promotion. (The loop's odd and even tails are
+  // written out: with a conditional set inside it, ptxas serializes the wgmmas.)
+  float acc[64], t[64], u[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  // The scales may be an earlier kernel's results; waiting here costs nothing (a's first stage
+  // is loaded only after the producer's own wait), and their loads are done long before the
+  // epilogue (read there, after the main loop, they cost the MLP 2.7 us with the bias's).
+  wait_for_previous_kernels();
+  const float scale = *args.scale_a * *args.scale_b;
   const bool arriver = threadIdx.x % 128 == 0;
-  for (int kt = 0; kt < KT; ++kt) {
+  // Slice kt (stage kt % S) on the tensor cores into d, overwriting it.
+  auto slice = [&](float* d, int kt) {
     const int s = kt % S;
     mbar_wait(full0 + 8 * s, (kt / S) & 1);
     const unsigned a = smem_u32(sA + s * kStageA + wg * 64 * kBK), b = smem_u32(sB + s * kStageB);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-    for (int k = 0; k < kBK / 32; ++k) wgmma_e4m3_m64n128k32(t, smem_desc(a + 32 * k), smem_desc(b + 32 * k), k > 0);
+    for (int k = 0; k < kBK / 32; ++k) wgmma_e4m3_m64n128k32(d, smem_desc(a + 32 * k), smem_desc(b + 32 * k), k > 0);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    fence_accumulators(t);
-    mbar_arrive_if(empty0 + 8 * s, arriver);
+  };
+  // Waits for slice kt's sums in d (the later slice, if any, may still run), releases its stage
+  // and adds them into acc.
+  auto promote = [&](float* d, int kt, bool last) {
+    if (last) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    else asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    fence_accumulators(d);
+    mbar_arrive_if(empty0 + 8 * (kt % S), arriver);
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] += t[i];
+    for (int i = 0; i < 64; ++i) acc[i] += d[i];
+  };
+  slice(t, 0);
+  int kt = 0;
+  for (; kt + 2 < KT; kt += 2) {  // slice kt in t on the tensor cores; kt + 1 and kt + 2 exist
+    slice(u, kt + 1);
+    promote(t, kt, false);
+    slice(t, kt + 2);
+    promote(u, kt + 1, false);
+  }
+  if (kt + 1 < KT) {
+    slice(u, kt + 1);
+    promote(t, kt, false);
+    promote(u, kt + 1, true);
+  } else {
+    promote(t, kt, true);
   }
 
   // Epilogue: scale and bias in float32, one rounding to float16 (the product's type), then the
   // table: GELU (and the quantize) exactly as the separate passes compute them.
-  const float scale = *args.scale_a * *args.scale_b;
+  mbar_wait(bias_bar, 0);
+  const auto* bias = reinterpret_cast<const __half*>(sBias);
   const int tid = static_cast<int>(threadIdx.x) % 128, w = tid / 32, l = tid % 32;
   unsigned bits[32];  // pairs of float16 results
 #pragma unroll
@@ -200,7 +265,7 @@ __global__ void __launch_bounds__(384, 1)
     const int c = 8 * i + 2 * (l % 4);
     float b0 = 0.f, b1 = 0.f;
     if (n0 + c < args.N) {  // N is even: both columns or neither
-      const __half2 bb = *reinterpret_cast<const __half2*>(args.bias + n0 + c);
+      const __half2 bb = *reinterpret_cast<const __half2*>(bias + c);
       b0 = __low2float(bb);
       b1 = __high2float(bb);
     }
@@ -295,9 +360,17 @@ CUtensorMap tensor_map(const void* ptr, std::int64_t rows, std::int64_t cols, in
   return map;
 }
 
+// TENSORACLE_FP8_PDL=0 (diagnostics): launch without programmatic dependent launch.
+bool dependent_launch() {
+  const char* env = std::getenv("TENSORACLE_FP8_PDL");
+  return !(env && std::string_view(env) == "0");
+}
+
 template <bool kQuantize>
 void launch(const Args& args, const void* a, const void* b, void* out, cudaStream_t stream, const std::string& node) {
   using C = Config<kQuantize>;
+  static_assert(C::kSmem <= 232448, "more shared memory than an sm90 CTA may have");
+  const auto kernel = fused_fp8_gemm_kernel<kQuantize>;
   // The kernel's shared-memory limit is an attribute per device: set once on each (the caller
   // made the node's device current).
   {
@@ -308,7 +381,7 @@ void launch(const Args& args, const void* a, const void* b, void* out, cudaStrea
     std::lock_guard lock(mutex);
     if (static_cast<std::size_t>(device) >= done.size()) done.resize(static_cast<std::size_t>(device) + 1, false);
     if (!done[static_cast<std::size_t>(device)]) {
-      check(cudaFuncSetAttribute(fused_fp8_gemm_kernel<kQuantize>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(C::kSmem)),
             "node '" + node + "': shared memory for the fp8 GEMM");
       done[static_cast<std::size_t>(device)] = true;
@@ -318,8 +391,21 @@ void launch(const Args& args, const void* a, const void* b, void* out, cudaStrea
   const CUtensorMap mb = tensor_map(b, args.N, args.K, 1, kBK, kBN, node, "input 1");
   const CUtensorMap mo = kQuantize ? tensor_map(out, args.M, args.N, 1, 128, 64, node, "the output")
                                    : tensor_map(out, args.M, args.N, 2, 64, 64, node, "the output");
-  const unsigned blocks = static_cast<unsigned>((args.M + kBM - 1) / kBM) * static_cast<unsigned>((args.N + kBN - 1) / kBN);
-  fused_fp8_gemm_kernel<kQuantize><<<blocks, 384, C::kSmem, stream>>>(ma, mb, mo, args);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((args.M + kBM - 1) / kBM) * static_cast<unsigned>((args.N + kBN - 1) / kBN));
+  config.blockDim = dim3(384);
+  config.dynamicSmemBytes = C::kSmem;
+  config.stream = stream;
+  // Programmatic dependent launch: the kernel starts while the previous one in the stream (or
+  // the graph being captured) finishes, and waits for it before reading its result.
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  if (dependent_launch()) {
+    config.attrs = &pdl;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&config, kernel, ma, mb, mo, args), "node '" + node + "': fp8 GEMM launch");
   check_launch("fused_fp8_gemm");
 }
 
@@ -342,9 +428,9 @@ bool fused_fp8_gemm_fits(std::int64_t M, std::int64_t N, std::int64_t K) {
          ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN) < (std::int64_t{1} << 31);
 }
 
-bool fused_fp8_gemm_aligned(const void* a, const void* b, const void* out) {
+bool fused_fp8_gemm_aligned(const void* a, const void* b, const void* bias, const void* out) {
   auto ok = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return ok(a) && ok(b) && ok(out);
+  return ok(a) && ok(b) && ok(bias) && ok(out);
 }
 
 std::size_t fp8_epilogue_table_bytes(Fp8Epilogue e) { return e == Fp8Epilogue::kBIAS_GELU_QUANTIZE ? 65536 : 131072; }
@@ -361,14 +447,14 @@ void build_fp8_epilogue_table(Fp8Epilogue e, const ActivationParams& act, const 
 }
 
 void fused_fp8_gemm(Fp8Epilogue e, const void* a, const void* b, std::int64_t M, std::int64_t N, std::int64_t K,
-                    const void* scale_a, const void* scale_b, const void* bias, const void* table, void* out,
-                    cudaStream_t stream, const std::string& node) {
-  if (!fused_fp8_gemm_fits(M, N, K) || !fused_fp8_gemm_aligned(a, b, out))
+                    const void* scale_a, const void* scale_b, const void* bias, const void* table, bool b_constant,
+                    void* out, cudaStream_t stream, const std::string& node) {
+  if (!fused_fp8_gemm_fits(M, N, K) || !fused_fp8_gemm_aligned(a, b, bias, out))
     throw InvalidArgument("[cuda] node '" + node + "': the fp8 GEMM does not take [" + std::to_string(M) + ", " +
                           std::to_string(K) + "] x [" + std::to_string(N) + ", " + std::to_string(K) + "]^T at these addresses");
   const Args args{static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), static_cast<const float*>(scale_a),
                   static_cast<const float*>(scale_b), static_cast<const __half*>(bias),
-                  static_cast<const unsigned char*>(table)};
+                  static_cast<const unsigned char*>(table), b_constant ? 1 : 0};
   if (e == Fp8Epilogue::kBIAS_GELU_QUANTIZE) launch<true>(args, a, b, out, stream, node);
   else launch<false>(args, a, b, out, stream, node);
 }

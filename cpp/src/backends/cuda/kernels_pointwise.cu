@@ -39,6 +39,7 @@ using dev::tn;
 using dev::kThreads;
 using dev::blocks_for;
 using dev::check_launch;
+using dev::allow_dependent_launch;
 using E = ElementWiseOperation;
 using U = UnaryOperation;
 using A = ActivationType;
@@ -168,6 +169,7 @@ __device__ inline auto bound(const F& f) {
 // o[i] = f(x[i]) on stored values; o may alias x (each thread reads its element first).
 template <class TI, class TO, class F>
 __global__ void map_kernel(const TI* x, TO* o, i64 n, F f) {
+  allow_dependent_launch();  // (the fp8 GEMM after a quantize loads its weights meanwhile)
   const auto g = bound(f);
   for (i64 i = first_index(); i < n; i += grid_step()) o[i] = g(x[i]);
 }
@@ -188,6 +190,7 @@ struct alignas(sizeof(T) * V) Pack {
 // map_kernel over packs of V elements: o[i] = f(x[i]) for n = V * packs elements.
 template <int V, class TI, class TO, class F>
 __global__ void map_pack_kernel(const Pack<TI, V>* x, Pack<TO, V>* o, i64 packs, F f) {
+  allow_dependent_launch();
   const auto g = bound(f);
   for (i64 i = first_index(); i < packs; i += grid_step()) {
     const Pack<TI, V> a = x[i];
