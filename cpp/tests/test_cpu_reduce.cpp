@@ -1105,6 +1105,69 @@ TEST(CpuNorm, LargeTensors) {
   check_norm(DataType::kFLOAT, Dims{20000, 6}, 0b01, 1, Dims{1, 6}, Dims{1, 6}, "long columns");
 }
 
+// float32 normalizations run compiled for AVX-512 where the CPU has it (the *_wide functions);
+// their results are the baseline's bit for bit (TENSORACLE_NORM_NO_AVX512=1 takes the baseline):
+// row lengths around the 16-lane sums' remainder, several rows per statistics set, groups,
+// columns, the scale and bias per element, per column and scalar, NaN, infinity and large
+// values, and in place. (The statistics' double sums have a fixed order by construction,
+// sum16; a different order would almost never reach a float32 output, so this test guards the
+// wide path's indexing, strides and float32 arithmetic, not the order of the sums.)
+TEST(CpuNorm, WideMatchesTheBaselineBitForBit) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl"))
+    GTEST_SKIP() << "this CPU has no AVX-512: only the baseline normalizations run here";
+#else
+  GTEST_SKIP() << "not x86-64: the normalization has no AVX-512 code here";
+#endif
+  struct Baseline {
+    Baseline() { setenv("TENSORACLE_NORM_NO_AVX512", "1", 1); }
+    ~Baseline() { unsetenv("TENSORACLE_NORM_NO_AVX512"); }
+  };
+  struct Case {
+    Dims x;
+    std::uint32_t axes;
+    int groups;
+    Dims scale, bias;
+  };
+  std::vector<Case> cases;
+  for (i64 n : {1, 7, 15, 16, 17, 33, 384, 1000})
+    cases.push_back({Dims{40, n}, 0b10, 1, Dims{1, n}, Dims{1, n}});
+  cases.push_back({Dims{4, 6, 35}, 0b110, 1, Dims{1, 6, 35}, Dims{1, 1, 1}});
+  cases.push_back({Dims{3, 30, 21}, 0b101, 1, Dims{1, 30, 1}, Dims{1, 1, 21}});  // 3 rows of 21 per set
+  cases.push_back({Dims{2, 16, 9, 11}, 0b1100, 4, Dims{1, 16, 1, 1}, Dims{1, 16, 1, 1}});
+  cases.push_back({Dims{50, 40}, 0b01, 1, Dims{1, 40}, Dims{50, 40}});  // columns
+  std::mt19937 rng(31);
+  const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 3e30,
+                             -2e-30};
+  std::size_t compared = 0;
+  for (const Case& c : cases) {
+    Buf x(DataType::kFLOAT, c.x), scale(DataType::kFLOAT, c.scale), bias(DataType::kFLOAT, c.bias);
+    fill_uniform(x, rng, -40, 90);
+    fill_uniform(scale, rng, -2, 2);
+    fill_uniform(bias, rng, -1, 1);
+    for (int k = 0; k < 3; ++k) x.set(static_cast<i64>(rng() % static_cast<unsigned>(x.size())), specials[rng() % 4]);
+    NormalizationParams p;
+    p.axes = c.axes;
+    p.epsilon = 1e-5f;
+    p.num_groups = c.groups;
+    Buf wide(DataType::kFLOAT, c.x), base(DataType::kFLOAT, c.x), in_place = x;
+    cpu::normalization(p, x.ref(), scale.ref(), bias.ref(), wide.ref());
+    cpu::normalization(p, in_place.ref(), scale.ref(), bias.ref(), in_place.ref());
+    {
+      Baseline env;
+      cpu::normalization(p, x.ref(), scale.ref(), bias.ref(), base.ref());
+    }
+    for (i64 i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(wide.raw(i), base.raw(i)) << c.x.str() << " axes " << c.axes << ", element " << i << ": "
+                                          << wide.get(i) << " vs " << base.get(i);
+      ASSERT_EQ(in_place.raw(i), base.raw(i)) << c.x.str() << " axes " << c.axes << ", element " << i << " in place";
+    }
+    compared += static_cast<std::size_t>(x.size());
+  }
+  EXPECT_GT(compared, 50000u);
+}
+
 TEST(CpuNorm, ConstantInputNaNAndEmpty) {
   for (DataType t : kFloats) {
     // A constant group has variance 0: the output is the bias (epsilon > 0), NaN with epsilon 0.

@@ -608,25 +608,31 @@ float row_max(const typename FT::T* p, i64 n) noexcept {
 // Rows of up to kSoftmaxBufferMax elements go through a buffer of their exponentials.
 constexpr i64 kSoftmaxBufferMax = i64{1} << 16;
 
+// The sum of term(0) .. term(n - 1) (doubles) in 16 lanes, lane j over the terms j, j + 16, ...
+// in order, then a fixed tree: the same roundings whatever vector width the compiler gives the
+// loop, so a row's sum compiled for AVX-512 (the *_wide functions) is the baseline's bit for bit.
+template <class Term>
+inline double sum16(i64 n, Term term) noexcept {
+  double part[16] = {};
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    TA_SIMD
+    for (int j = 0; j < 16; ++j) part[j] += term(i + j);
+  }
+  for (i64 j = 0; i + j < n; ++j) part[j] += term(i + j);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) part[j] += part[j + w];
+  return part[0];
+}
+
 // One row of n <= kSoftmaxBufferMax contiguous elements: its maximum, e^(x - max) into `ex`,
-// their sum in double, then each quotient. The sum runs in 16 lanes, lane j over the elements
-// j, j + 16, ... in order, then a fixed tree: the same roundings whatever vector width the
-// compiler gives the loop (softmax_rows_wide's results are this function's bit for bit).
+// their sum in double (sum16), then each quotient.
 template <class FT>
 inline void softmax_row(const typename FT::T* p, typename FT::T* o, i64 n, float* ex) {
   const float m = row_max<FT>(p, n);
   TA_SIMD
   for (i64 i = 0; i < n; ++i) ex[i] = exp_nonpositive(FT::load(p[i]) - m);
-  double part[16] = {};
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    TA_SIMD
-    for (int j = 0; j < 16; ++j) part[j] += static_cast<double>(ex[i + j]);
-  }
-  for (i64 j = 0; i + j < n; ++j) part[j] += static_cast<double>(ex[i + j]);
-  for (int w = 8; w >= 1; w /= 2)
-    for (int j = 0; j < w; ++j) part[j] += part[j + w];
-  const double inv = 1.0 / part[0];
+  const double inv = 1.0 / sum16(n, [ex](i64 i) { return static_cast<double>(ex[i]); });
   TA_SIMD
   for (i64 k = 0; k < n; ++k) o[k] = FT::store_d(static_cast<double>(ex[k]) * inv);
 }
@@ -730,44 +736,82 @@ void softmax_columns(const typename FT::T* x, typename FT::T* out, i64 outer, i6
 
 // ---- normalization ----------------------------------------------------------------------
 
+// A statistics set's mean and 1 / sqrt(var + eps), stored as float.
+inline void norm_finish(double sum, double sq, double inv_count, double eps, float* mean, float* rstd) noexcept {
+  *mean = static_cast<float>(sum * inv_count);
+  *rstd = static_cast<float>(1.0 / std::sqrt(sq * inv_count + eps));
+}
+
+// Statistics sets [b, e) of a layout whose contiguous rows are normalized over: per set, the sum
+// of its rows (each row's by sum16, the rows' in order), the mean, then the squared deviations
+// the same way. sum16 fixes the order of every double sum, so norm_row_statistics_wide computes
+// these bits.
+template <class FT>
+inline void norm_row_statistics(const Layout& L, const typename FT::T* x, double inv_count, double eps, float* mean,
+                                float* rstd, i64 b, i64 e) {
+  const i64 inner = L.inner;
+  Odometer k(L.nk, L.ks, L.kst, b);
+  for (i64 o = b; o < e; ++o, k.next()) {
+    const auto* base = x + k.off;
+    double sum = 0.0;
+    {
+      Odometer r(L.nr, L.rs, L.rst, 0);
+      for (i64 t = 0; t < L.rcount; ++t, r.next()) {
+        const auto* p = base + r.off;
+        sum += sum16(inner, [p](i64 i) { return static_cast<double>(FT::load(p[i])); });
+      }
+    }
+    const double mu = sum * inv_count;
+    double sq = 0.0;
+    Odometer r(L.nr, L.rs, L.rst, 0);
+    for (i64 t = 0; t < L.rcount; ++t, r.next()) {
+      const auto* p = base + r.off;
+      sq += sum16(inner, [p, mu](i64 i) {
+        const double d = static_cast<double>(FT::load(p[i])) - mu;
+        return d * d;
+      });
+    }
+    norm_finish(sum, sq, inv_count, eps, mean + o, rstd + o);
+  }
+}
+
+// float32 normalizations compiled for AVX-512 (8 double lanes instead of SSE2's 2; flatten
+// inlines what they call into them, as softmax_rows_wide): the same bits as the baseline
+// functions (-ffp-contract=off, fixed sums). Called only where norm_wide() holds.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TA_NORM_WIDE 1
+[[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]] void norm_row_statistics_wide(
+    const Layout& L, const float* x, double inv_count, double eps, float* mean, float* rstd, i64 b, i64 e) {
+  norm_row_statistics<F32>(L, x, inv_count, eps, mean, rstd, b, e);
+}
+#endif
+
+// Whether float32 normalizations take the *_wide functions: AVX-512 and
+// TENSORACLE_NORM_NO_AVX512 unset.
+bool norm_wide() {
+#ifdef TA_NORM_WIDE
+  return detail::avx512_kernels("TENSORACLE_NORM_NO_AVX512");
+#else
+  return false;
+#endif
+}
+
 // Per statistics set (numbered like the outputs of a reduce over the same layout): mean and
 // 1 / sqrt(var + eps), both computed in double (two passes) and stored as float.
 template <class FT>
 void norm_statistics(const Layout& L, const typename FT::T* x, double eps, float* mean, float* rstd) {
   const i64 count = L.reduced;
   const double inv_count = 1.0 / static_cast<double>(count);
-  auto finish = [&](i64 k, double sum, double sq) {
-    mean[k] = static_cast<float>(sum * inv_count);
-    rstd[k] = static_cast<float>(1.0 / std::sqrt(sq * inv_count + eps));
-  };
   if (L.inner_reduced) {
-    const i64 inner = L.inner;
+    [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && norm_wide();
     detail::parallel_ranges(
         L.kcount,
         [&](i64 b, i64 e) {
-          Odometer k(L.nk, L.ks, L.kst, b);
-          for (i64 o = b; o < e; ++o, k.next()) {
-            const auto* base = x + k.off;
-            double sum = 0.0;
-            {
-              Odometer r(L.nr, L.rs, L.rst, 0);
-              for (i64 t = 0; t < L.rcount; ++t, r.next()) sum += row_chunked<FSum<FT>>(base + r.off, inner);
-            }
-            const double mu = sum * inv_count;
-            double sq = 0.0;
-            Odometer r(L.nr, L.rs, L.rst, 0);
-            for (i64 t = 0; t < L.rcount; ++t, r.next()) {
-              const auto* p = base + r.off;
-              double s = 0.0;
-              TA_SIMD_REDUCE(+, s)
-              for (i64 i = 0; i < inner; ++i) {
-                const double d = static_cast<double>(FT::load(p[i])) - mu;
-                s += d * d;
-              }
-              sq += s;
-            }
-            finish(o, sum, sq);
-          }
+#ifdef TA_NORM_WIDE
+          if constexpr (std::is_same_v<FT, F32>)
+            if (wide) return norm_row_statistics_wide(L, x, inv_count, eps, mean, rstd, b, e);
+#endif
+          norm_row_statistics<FT>(L, x, inv_count, eps, mean, rstd, b, e);
         },
         min_items(2 * count));
     return;
@@ -797,7 +841,10 @@ void norm_statistics(const Layout& L, const typename FT::T* x, double eps, float
               sq[j] += d * d;
             }
           }
-          for (i64 j = 0; j < len; ++j) finish(blk * inner + c0 + j, sum[j], sq[j]);
+          for (i64 j = 0; j < len; ++j) {
+            const i64 o = blk * inner + c0 + j;
+            norm_finish(sum[j], sq[j], inv_count, eps, mean + o, rstd + o);
+          }
         }
       },
       min_items(2 * L.rcount * std::min(inner, kColChunk)));
@@ -828,9 +875,10 @@ void norm_span_strided(const typename FT::T* x, typename FT::T* o, i64 len, cons
     o[i] = FT::store((FT::load(x[i]) - mean[ms * i]) * rstd[ms * i] * sc[ss * i] + bi[bs * i]);
 }
 
+// Output elements [begin, end) (flat indices into the contiguous input and output).
 template <class FT>
-void norm_output(const NormPlan& p, const typename FT::T* x, typename FT::T* out, i64 n, const float* mean,
-                 const float* rstd, const float* sc, const float* bi) {
+inline void norm_output_range(const NormPlan& p, const typename FT::T* x, typename FT::T* out, const float* mean,
+                              const float* rstd, const float* sc, const float* bi, i64 begin, i64 end) {
   const int m = p.rank;
   const i64 inner = p.dims[m - 1], ms = p.sm[m - 1], ss = p.ss[m - 1], bs = p.sb[m - 1];
   const bool unit = (ms == 0 || ms == 1) && (ss == 0 || ss == 1) && (bs == 0 || bs == 1);
@@ -851,40 +899,59 @@ void norm_output(const NormPlan& p, const typename FT::T* x, typename FT::T* out
       default: return norm_span<FT, 1, 1, 1>(xp, op, len, mp, rp, sp, bp);
     }
   };
+  i64 idx[kMaxGroups];
+  i64 om = 0, os = 0, ob = 0, rem = begin;
+  for (int k = m - 1; k >= 0; --k) {
+    idx[k] = rem % p.dims[k];
+    rem /= p.dims[k];
+    om += idx[k] * p.sm[k];
+    os += idx[k] * p.ss[k];
+    ob += idx[k] * p.sb[k];
+  }
+  i64 pos = begin;
+  while (true) {
+    const i64 len = std::min(inner - idx[m - 1], end - pos);
+    span(pos, len, om, os, ob);
+    pos += len;
+    if (pos >= end) break;
+    om -= idx[m - 1] * ms;
+    os -= idx[m - 1] * ss;
+    ob -= idx[m - 1] * bs;
+    idx[m - 1] = 0;
+    for (int k = m - 2; k >= 0; --k) {
+      ++idx[k];
+      om += p.sm[k];
+      os += p.ss[k];
+      ob += p.sb[k];
+      if (idx[k] < p.dims[k]) break;
+      om -= idx[k] * p.sm[k];
+      os -= idx[k] * p.ss[k];
+      ob -= idx[k] * p.sb[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+#ifdef TA_NORM_WIDE
+[[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]] void norm_output_range_wide(
+    const NormPlan& p, const float* x, float* out, const float* mean, const float* rstd, const float* sc,
+    const float* bi, i64 begin, i64 end) {
+  norm_output_range<F32>(p, x, out, mean, rstd, sc, bi, begin, end);
+}
+#endif
+
+template <class FT>
+void norm_output(const NormPlan& p, const typename FT::T* x, typename FT::T* out, i64 n, const float* mean,
+                 const float* rstd, const float* sc, const float* bi) {
+  [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && norm_wide();
   detail::parallel_ranges(
       n,
       [&](i64 begin, i64 end) {
-        i64 idx[kMaxGroups];
-        i64 om = 0, os = 0, ob = 0, rem = begin;
-        for (int k = m - 1; k >= 0; --k) {
-          idx[k] = rem % p.dims[k];
-          rem /= p.dims[k];
-          om += idx[k] * p.sm[k];
-          os += idx[k] * p.ss[k];
-          ob += idx[k] * p.sb[k];
-        }
-        i64 pos = begin;
-        while (true) {
-          const i64 len = std::min(inner - idx[m - 1], end - pos);
-          span(pos, len, om, os, ob);
-          pos += len;
-          if (pos >= end) break;
-          om -= idx[m - 1] * ms;
-          os -= idx[m - 1] * ss;
-          ob -= idx[m - 1] * bs;
-          idx[m - 1] = 0;
-          for (int k = m - 2; k >= 0; --k) {
-            ++idx[k];
-            om += p.sm[k];
-            os += p.ss[k];
-            ob += p.sb[k];
-            if (idx[k] < p.dims[k]) break;
-            om -= idx[k] * p.sm[k];
-            os -= idx[k] * p.ss[k];
-            ob -= idx[k] * p.sb[k];
-            idx[k] = 0;
-          }
-        }
+#ifdef TA_NORM_WIDE
+        if constexpr (std::is_same_v<FT, F32>)
+          if (wide) return norm_output_range_wide(p, x, out, mean, rstd, sc, bi, begin, end);
+#endif
+        norm_output_range<FT>(p, x, out, mean, rstd, sc, bi, begin, end);
       },
       kParallelWork);
 }
