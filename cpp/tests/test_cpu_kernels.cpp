@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
 #include "core/numeric.h"
 #include "tensoracle/errors.h"
 
@@ -571,6 +572,35 @@ TEST(CpuKernelsActivation, InPlaceAndLarge) {
   fill_random(h, rng, -3, 3);
   cpu::activation({A::kRELU, 0, 0}, h.ref(), ho.ref());
   for (i64 i = 0; i < h.size(); ++i) check(ho.get(i) == std::max(0.0, h.get(i)), "bf16 relu " + std::to_string(i));
+}
+
+// The vectorizable erf (GELU_ERF, the ERF unary) against double-precision erf: every 509th
+// float32 from 0 to past 4 (where it clamps), plus the region boundaries; within 2.6 ulp of
+// the exact value (libm's erff: 1), odd bit for bit, and exact at 0, the infinities and NaN.
+TEST(CpuKernelsActivation, ErfFloatIsWithinItsBound) {
+  using cpu::detail::erf_float;
+  double worst = 0;
+  float worst_x = 0;
+  auto visit = [&](float x) {
+    const float got = erf_float(x);
+    const double want = std::erf(static_cast<double>(x));
+    const float wf = static_cast<float>(want);
+    const double ulp = static_cast<double>(std::nextafter(wf, 2.0f)) - static_cast<double>(wf);
+    const double err = std::fabs(static_cast<double>(got) - want) / ulp;
+    if (err > worst) worst = err, worst_x = x;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(erf_float(-x)), std::bit_cast<std::uint32_t>(got) ^ 0x80000000u) << x;
+  };
+  for (std::uint32_t u = 0; u <= std::bit_cast<std::uint32_t>(4.25f); u += 509) visit(std::bit_cast<float>(u));
+  for (float b : {1.0f, 4.0f, 3.92f, 0.9758047f})
+    for (float x = b, k = 0; k < 64; ++k, x = std::nextafter(x, 0.0f)) visit(x), visit(std::nextafter(2 * b - x, 9.0f));
+  EXPECT_LE(worst, 2.6) << "worst at x = " << worst_x;
+  EXPECT_GT(worst, 0.5) << "the bound is not vacuous: float32 erf cannot be exact everywhere";
+  EXPECT_EQ(erf_float(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(erf_float(-0.0f)));
+  EXPECT_EQ(erf_float(std::numeric_limits<float>::infinity()), 1.0f);
+  EXPECT_EQ(erf_float(-std::numeric_limits<float>::infinity()), -1.0f);
+  EXPECT_EQ(erf_float(1e30f), 1.0f);
+  EXPECT_TRUE(std::isnan(erf_float(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST(CpuKernelsActivation, RejectsNonFloat) {

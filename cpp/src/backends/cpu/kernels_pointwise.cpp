@@ -332,7 +332,7 @@ void activation_typed(const ActivationParams& p, const TensorRef& x, const Tenso
     case A::kSCALED_TANH: run([al, be](float v) { return al * std::tanh(be * v); }); break;
     case A::kTHRESHOLDED_RELU: run([al](float v) { return (v > al || v != v) ? v : 0.f; }); break;
     case A::kGELU_ERF:
-      run([](float v) { return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f)); });
+      run([](float v) { return 0.5f * v * (1.f + detail::erf_float(v * 0.70710678118654752f)); });
       break;
     case A::kGELU_TANH:
       run([](float v) {

@@ -37,6 +37,7 @@ using detail::Bool;
 using detail::F16;
 using detail::F32;
 using detail::Int;
+using detail::exp_nonpositive;
 using detail::mask_of;
 using detail::select_bits;
 using detail::with_float;
@@ -534,7 +535,7 @@ void unary_float(U op, const TensorRef& x, const TensorRef& out, i64 n) {
     case U::kATANH: run([](float v) { return std::atanh(v); }); break;
     case U::kCEIL: run([](float v) { return std::ceil(v); }); break;
     case U::kFLOOR: run([](float v) { return std::floor(v); }); break;
-    case U::kERF: run([](float v) { return std::erf(v); }); break;
+    case U::kERF: run([](float v) { return detail::erf_float(v); }); break;
     case U::kROUND: run([](float v) { return round_half_even(v); }); break;
     // 1, -1, or the input itself for zeros and NaN.
     case U::kSIGN: run([](float v) { return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v; }); break;
@@ -557,39 +558,6 @@ void unary_int(U op, const TensorRef& x, const TensorRef& out, i64 n) {
 }
 
 // ---- softmax ----------------------------------------------------------------------------
-
-// e^z for z <= 0 (and NaN), in float32 without branches or library calls, so the loops over it
-// vectorize: z = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite: ln2 split in a high part exact in
-// products with n and a low part), e^r by its Taylor series to degree 7 (truncation below
-// 2^-27 relative), times 2^n in two exact power-of-two steps so that subnormal results round
-// once. Within 2 ulp of e^z; e^-inf = 0; NaN stays NaN.
-//
-// Below -104, e^z is under half the smallest subnormal (2^-150) and rounds to +0: those lanes
-// compute e^0 and select +0 instead, because a multiply whose result underflows costs a
-// microcode assist of ~100 cycles on x86 (no flush-to-zero here): an attention mask's padded
-// keys (scores near float32's minimum) made a MiniLM pass 14% slower. The results are the
-// former clamp-to-(-110) version's bit for bit (checked over every non-positive float and NaN).
-inline float exp_nonpositive(float z) noexcept {
-  const std::int32_t tiny = mask_of(z < -104.0f);  // NaN passes
-  z = std::bit_cast<float>(select_bits(tiny, 0, std::bit_cast<std::int32_t>(z)));
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = z * 1.44269504088896341f + kShift;
-  const float n = t - kShift;  // round(z / ln2), in [-150, 0]
-  const std::int32_t ni = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(kShift);
-  const float r = (z - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const std::int32_t n1 = ni / 2, n2 = ni - n1;  // each >= -75: 2^n1, 2^n2 are normal floats
-  const float s1 = std::bit_cast<float>(static_cast<std::uint32_t>(n1 + 127) << 23);
-  const float s2 = std::bit_cast<float>(static_cast<std::uint32_t>(n2 + 127) << 23);
-  return std::bit_cast<float>(select_bits(tiny, 0, std::bit_cast<std::int32_t>(p * s1 * s2)));
-}
 
 // NaN-propagating maximum of a contiguous row (NaN if any element is NaN).
 template <class FT>
