@@ -935,18 +935,25 @@ TEST(CpuSoftmax, MaskedValuesGiveExactZeros) {
 // lengths around the 16-lane sum's remainder, random values, masked keys near float32's
 // minimum, -inf and NaN, and in place. (Fused multiply-adds in the wide code, for one, would
 // change many of them.)
-TEST(CpuSoftmax, WideRowsMatchTheBaselineBitForBit) {
+// Whether this CPU runs the kernels' AVX-512 paths (the CPU half of detail::avx512_kernels).
+bool cpu_has_avx512() {
 #if defined(__x86_64__)
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vl"))
-    GTEST_SKIP() << "this CPU has no AVX-512: only the baseline rows run here";
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
 #else
-  GTEST_SKIP() << "not x86-64: the softmax has no AVX-512 rows here";
+  return false;
 #endif
-  struct Baseline {
-    Baseline() { setenv("TENSORACLE_SOFTMAX_NO_AVX512", "1", 1); }
-    ~Baseline() { unsetenv("TENSORACLE_SOFTMAX_NO_AVX512"); }
-  };
+}
+
+// A kernel's switch back to its baseline code (TENSORACLE_*_NO_AVX512), set while it lives.
+struct BaselineSwitch {
+  const char* name;
+  explicit BaselineSwitch(const char* n) : name(n) { setenv(n, "1", 1); }
+  ~BaselineSwitch() { unsetenv(name); }
+};
+
+TEST(CpuSoftmax, WideRowsMatchTheBaselineBitForBit) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: only the baseline rows run here";
   std::mt19937 rng(12);
   const double specials[] = {-3.4028234663852886e38, -1e30, -std::numeric_limits<double>::infinity(),
                              std::numeric_limits<double>::quiet_NaN(), 88.0, -104.5};
@@ -960,7 +967,7 @@ TEST(CpuSoftmax, WideRowsMatchTheBaselineBitForBit) {
     cpu::softmax(1, x.ref(), wide.ref());
     cpu::softmax(1, in_place.ref(), in_place.ref());
     {
-      Baseline env;
+      BaselineSwitch env("TENSORACLE_SOFTMAX_NO_AVX512");
       cpu::softmax(1, x.ref(), base.ref());
     }
     for (i64 i = 0; i < x.size(); ++i) {
@@ -1113,17 +1120,7 @@ TEST(CpuNorm, LargeTensors) {
 // sum16; a different order would almost never reach a float32 output, so this test guards the
 // wide path's indexing, strides and float32 arithmetic, not the order of the sums.)
 TEST(CpuNorm, WideMatchesTheBaselineBitForBit) {
-#if defined(__x86_64__)
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vl"))
-    GTEST_SKIP() << "this CPU has no AVX-512: only the baseline normalizations run here";
-#else
-  GTEST_SKIP() << "not x86-64: the normalization has no AVX-512 code here";
-#endif
-  struct Baseline {
-    Baseline() { setenv("TENSORACLE_NORM_NO_AVX512", "1", 1); }
-    ~Baseline() { unsetenv("TENSORACLE_NORM_NO_AVX512"); }
-  };
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: only the baseline normalizations run here";
   struct Case {
     Dims x;
     std::uint32_t axes;
@@ -1155,7 +1152,7 @@ TEST(CpuNorm, WideMatchesTheBaselineBitForBit) {
     cpu::normalization(p, x.ref(), scale.ref(), bias.ref(), wide.ref());
     cpu::normalization(p, in_place.ref(), scale.ref(), bias.ref(), in_place.ref());
     {
-      Baseline env;
+      BaselineSwitch env("TENSORACLE_NORM_NO_AVX512");
       cpu::normalization(p, x.ref(), scale.ref(), bias.ref(), base.ref());
     }
     for (i64 i = 0; i < x.size(); ++i) {

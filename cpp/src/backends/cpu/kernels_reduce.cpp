@@ -58,6 +58,15 @@ using R = ReduceOperation;
 #define TA_SIMD_REDUCE2(op, var, op2, var2)
 #endif
 
+// The *_wide functions: float32 kernels compiled for AVX-512 (gnu::target), with everything they
+// call inlined into them (flatten) and so compiled for it too; the translation unit keeps
+// -ffp-contract=off (CMakeLists.txt), so no multiply-add is fused and each lane computes what
+// the baseline code computes. Taken only where detail::avx512_kernels(its switch) holds.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TA_WIDE 1
+#define TA_WIDE_FUNCTION [[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]]
+#endif
+
 // Work (elements) below which a kernel stays on one thread.
 constexpr i64 kParallelWork = 32 * 1024;
 // Row chunk of a contiguous reduction, column chunk of a strided one, and chunk of reduced
@@ -606,36 +615,23 @@ inline void softmax_row(const typename FT::T* p, typename FT::T* o, i64 n, float
 }
 
 // float32 rows [b, e) through softmax_row compiled for AVX-512 (16 float lanes instead of SSE2's
-// 4): everything it calls is inlined into it (flatten) and so compiled for it; the translation
-// unit keeps -ffp-contract=off (CMakeLists.txt), so no multiply-add is fused and each lane
-// computes what the baseline code computes. Called only where softmax_wide() holds.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TA_SOFTMAX_WIDE 1
-[[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]] void softmax_rows_wide(const float* x, float* out,
-                                                                                            i64 b, i64 e, i64 n, float* ex) {
+// 4); switched off by TENSORACLE_SOFTMAX_NO_AVX512 (as compare.cpp's TENSORACLE_COMPARE_NO_AVX2).
+#ifdef TA_WIDE
+TA_WIDE_FUNCTION void softmax_rows_wide(const float* x, float* out, i64 b, i64 e, i64 n, float* ex) {
   for (i64 r = b; r < e; ++r) softmax_row<F32>(x + r * n, out + r * n, n, ex);
 }
 #endif
 
-// Whether float32 softmax rows take softmax_rows_wide: AVX-512 and TENSORACLE_SOFTMAX_NO_AVX512
-// unset (as compare.cpp's TENSORACLE_COMPARE_NO_AVX2).
-bool softmax_wide() {
-#ifdef TA_SOFTMAX_WIDE
-  return detail::avx512_kernels("TENSORACLE_SOFTMAX_NO_AVX512");
-#else
-  return false;
-#endif
-}
-
 // Rows of n contiguous elements (the axis is the innermost non-trivial dim).
 template <class FT>
 void softmax_rows(const typename FT::T* x, typename FT::T* out, i64 rows, i64 n) {
-  [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && n <= kSoftmaxBufferMax && softmax_wide();
+  [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && n <= kSoftmaxBufferMax &&
+                                    detail::avx512_kernels("TENSORACLE_SOFTMAX_NO_AVX512");
   detail::parallel_ranges(
       rows,
       [&](i64 b, i64 e) {
         std::vector<float> buf(static_cast<std::size_t>(n <= kSoftmaxBufferMax ? n : 0));
-#ifdef TA_SOFTMAX_WIDE
+#ifdef TA_WIDE
         if constexpr (std::is_same_v<FT, F32>)
           if (wide) {
             softmax_rows_wide(x, out, b, e, n, buf.data());
@@ -743,26 +739,15 @@ inline void norm_row_statistics(const Layout& L, const typename FT::T* x, double
   }
 }
 
-// float32 normalizations compiled for AVX-512 (8 double lanes instead of SSE2's 2; flatten
-// inlines what they call into them, as softmax_rows_wide): the same bits as the baseline
-// functions (-ffp-contract=off, fixed sums). Called only where norm_wide() holds.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TA_NORM_WIDE 1
-[[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]] void norm_row_statistics_wide(
-    const Layout& L, const float* x, double inv_count, double eps, float* mean, float* rstd, i64 b, i64 e) {
+// float32 normalizations compiled for AVX-512 (8 double lanes instead of SSE2's 2): the same
+// bits as the baseline (fixed sums); switched off by TENSORACLE_NORM_NO_AVX512.
+constexpr const char* kNormSwitch = "TENSORACLE_NORM_NO_AVX512";
+#ifdef TA_WIDE
+TA_WIDE_FUNCTION void norm_row_statistics_wide(const Layout& L, const float* x, double inv_count, double eps,
+                                               float* mean, float* rstd, i64 b, i64 e) {
   norm_row_statistics<F32>(L, x, inv_count, eps, mean, rstd, b, e);
 }
 #endif
-
-// Whether float32 normalizations take the *_wide functions: AVX-512 and
-// TENSORACLE_NORM_NO_AVX512 unset.
-bool norm_wide() {
-#ifdef TA_NORM_WIDE
-  return detail::avx512_kernels("TENSORACLE_NORM_NO_AVX512");
-#else
-  return false;
-#endif
-}
 
 // Per statistics set (numbered like the outputs of a reduce over the same layout): mean and
 // 1 / sqrt(var + eps), both computed in double (two passes) and stored as float.
@@ -771,11 +756,11 @@ void norm_statistics(const Layout& L, const typename FT::T* x, double eps, float
   const i64 count = L.reduced;
   const double inv_count = 1.0 / static_cast<double>(count);
   if (L.inner_reduced) {
-    [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && norm_wide();
+    [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && detail::avx512_kernels(kNormSwitch);
     detail::parallel_ranges(
         L.kcount,
         [&](i64 b, i64 e) {
-#ifdef TA_NORM_WIDE
+#ifdef TA_WIDE
           if constexpr (std::is_same_v<FT, F32>)
             if (wide) return norm_row_statistics_wide(L, x, inv_count, eps, mean, rstd, b, e);
 #endif
@@ -900,8 +885,8 @@ inline void norm_output_range(const NormPlan& p, const typename FT::T* x, typena
   }
 }
 
-#ifdef TA_NORM_WIDE
-[[gnu::target("avx512f,avx512dq,avx512bw,avx512vl"), gnu::flatten]] void norm_output_range_wide(
+#ifdef TA_WIDE
+TA_WIDE_FUNCTION void norm_output_range_wide(
     const NormPlan& p, const float* x, float* out, const float* mean, const float* rstd, const float* sc,
     const float* bi, i64 begin, i64 end) {
   norm_output_range<F32>(p, x, out, mean, rstd, sc, bi, begin, end);
@@ -911,11 +896,11 @@ inline void norm_output_range(const NormPlan& p, const typename FT::T* x, typena
 template <class FT>
 void norm_output(const NormPlan& p, const typename FT::T* x, typename FT::T* out, i64 n, const float* mean,
                  const float* rstd, const float* sc, const float* bi) {
-  [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && norm_wide();
+  [[maybe_unused]] const bool wide = std::is_same_v<FT, F32> && detail::avx512_kernels(kNormSwitch);
   detail::parallel_ranges(
       n,
       [&](i64 begin, i64 end) {
-#ifdef TA_NORM_WIDE
+#ifdef TA_WIDE
         if constexpr (std::is_same_v<FT, F32>)
           if (wide) return norm_output_range_wide(p, x, out, mean, rstd, sc, bi, begin, end);
 #endif
