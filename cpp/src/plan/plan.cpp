@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/json.h"
 #include "plugin/registry.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/safetensors.h"
@@ -525,6 +526,14 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
     if (it == meta.end()) throw corrupt("not a tensoracle engine (no '" + std::string(key) + "' metadata)");
     return it->second;
   };
+  // Untrusted JSON: malformed or too deeply nested (it would overflow the stack when used).
+  auto parse = [&](const std::string& text, const char* what) {
+    try {
+      return core::parse_untrusted(text);
+    } catch (const core::JsonError& e) {
+      throw corrupt(std::string("its ") + what + " is unreadable: " + e.what());
+    }
+  };
   const std::string& stored = get(kDigestKey);
   auto at = digest_position(bytes, file->data_offset());
   if (at == std::string_view::npos || stored.size() != kDigestPrefix.size() + kDigestHex)
@@ -538,8 +547,8 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
                                   "; rebuild the engine");
   Plan plan;
   try {
-    plan.target = json::parse(get("tensoracle.target"));
-    json j = json::parse(get("tensoracle.plan"));
+    plan.target = parse(get("tensoracle.target"), "target");
+    json j = parse(get("tensoracle.plan"), "plan");
     check_numbers(j, "plan");
     plan.name = j.at("name").get<std::string>();
     auto& g = plan.graph;
