@@ -207,27 +207,75 @@ std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& in
 }
 
 void verify(const Graph& g, const std::string& after) {
+  // After a builder pass a broken invariant is our bug; after "load" it is the engine file's
+  // (plan::read_engine says which file).
   auto fail = [&](const std::string& what) {
-    throw BuildError("[build] internal error after pass '" + after + "': " + what);
+    throw BuildError(after == "load" ? what : "[build] internal error after pass '" + after + "': " + what);
   };
-  auto nv = static_cast<int>(g.values.size());
+  const auto nv = static_cast<int>(g.values.size());
+  const auto nn = static_cast<int>(g.nodes.size());
+  auto in_range = [&](int v) { return v >= 0 && v < nv; };
+  // Each value is exactly one of: a network input, a constant, or the output of the node it
+  // names as producer (and that node's output is this value).
+  for (std::size_t i = 0; i < g.values.size(); ++i) {
+    const Value& val = g.values[i];
+    if (val.is_input && val.constant) fail("value '" + val.name + "' is both a network input and a constant");
+    if (val.producer < -1 || val.producer >= nn)
+      fail("value '" + val.name + "' names node " + std::to_string(val.producer) + " as its producer");
+    if (val.producer >= 0 && (val.is_input || val.constant))
+      fail("value '" + val.name + "' is a network input or a constant but names a producer");
+    if (val.producer >= 0 && g.nodes[static_cast<std::size_t>(val.producer)].output != static_cast<int>(i))
+      fail("value '" + val.name + "' names node '" + g.nodes[static_cast<std::size_t>(val.producer)].name +
+           "' as producer, which writes another value");
+  }
+  // The network's inputs: each an input value, listed once; and every input value listed.
+  std::vector<bool> listed(g.values.size(), false);
+  for (int v : g.inputs) {
+    if (!in_range(v)) fail("a network input names value id " + std::to_string(v));
+    if (!g.values[static_cast<std::size_t>(v)].is_input)
+      fail("network input '" + g.values[static_cast<std::size_t>(v)].name + "' is not an input value");
+    if (listed[static_cast<std::size_t>(v)]) fail("network input '" + g.values[static_cast<std::size_t>(v)].name + "' is listed twice");
+    listed[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::size_t i = 0; i < g.values.size(); ++i)
+    if (g.values[i].is_input && !listed[i]) fail("input value '" + g.values[i].name + "' is not a network input");
   std::vector<bool> defined(g.values.size(), false);
   for (std::size_t i = 0; i < g.values.size(); ++i)
     if (g.values[i].is_input || g.values[i].constant) defined[i] = true;
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& node = g.nodes[n];
+    for (const auto& op : node.epilogue) {
+      if (!std::holds_alternative<ActivationParams>(op.params) && !std::holds_alternative<ElementWiseParams>(op.params) &&
+          !std::holds_alternative<CastParams>(op.params) && !std::holds_alternative<QuantizeParams>(op.params))
+        fail("node '" + node.name + "': fused layer '" + op.layer + "' is a " +
+             std::string(layer_type_name(static_cast<LayerType>(op.params.index()))) +
+             " layer; only activation, elementwise, cast and quantize layers are fused");
+      if (op.operand < -1) fail("node '" + node.name + "': fused layer '" + op.layer + "' reads value id " + std::to_string(op.operand));
+    }
     for (int v : node.all_inputs()) {
-      if (v < 0 || v >= nv) fail("node '" + node.name + "' reads value id " + std::to_string(v));
+      if (!in_range(v)) fail("node '" + node.name + "' reads value id " + std::to_string(v));
       if (!defined[static_cast<std::size_t>(v)])
         fail("node '" + node.name + "' reads '" + g.values[static_cast<std::size_t>(v)].name + "' before it is produced");
     }
-    if (node.output < 0 || node.output >= nv) fail("node '" + node.name + "' has no output");
+    if (!in_range(node.output)) fail("node '" + node.name + "' has no output");
     const Value& out = g.values[static_cast<std::size_t>(node.output)];
+    if (out.is_input || out.constant) fail("node '" + node.name + "' writes '" + out.name + "', a network input or a constant");
     if (out.producer != static_cast<int>(n)) fail("value '" + out.name + "' does not name node '" + node.name + "' as producer");
     defined[static_cast<std::size_t>(node.output)] = true;
   }
-  for (int v : g.outputs)
-    if (v < 0 || v >= nv || !defined[static_cast<std::size_t>(v)]) fail("an output is not produced");
+  // The network's outputs: each produced by a node (never an input or a constant, which no
+  // kernel would write into the caller's buffer), listed once, and marked as outputs.
+  std::fill(listed.begin(), listed.end(), false);
+  for (int v : g.outputs) {
+    if (!in_range(v) || !defined[static_cast<std::size_t>(v)]) fail("an output is not produced");
+    const Value& val = g.values[static_cast<std::size_t>(v)];
+    if (val.producer < 0) fail("output '" + val.name + "' is not produced by a layer");
+    if (!val.is_output) fail("output '" + val.name + "' is not marked as an output");
+    if (listed[static_cast<std::size_t>(v)]) fail("output '" + val.name + "' is listed twice");
+    listed[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::size_t i = 0; i < g.values.size(); ++i)
+    if (g.values[i].is_output && !listed[i]) fail("value '" + g.values[i].name + "' is marked as an output but not listed");
   // Types and network-level dims must re-infer to what the values say.
   std::vector<TensorDesc> desc(g.values.size());
   for (std::size_t i = 0; i < g.values.size(); ++i) desc[i] = g.values[i].desc;

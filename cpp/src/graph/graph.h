@@ -67,8 +67,9 @@ struct Graph {
 
 Graph from_network(const Network& network);
 
-// Checks the IR's invariants (ids in range, topological order, producers consistent, types
-// re-inferred equal); throws BuildError naming the pass that broke them.
+// Checks the IR's invariants (ids in range, each value an input, a constant or one node's
+// output, inputs and outputs listed once, topological order, arity, types re-inferred equal);
+// throws BuildError naming the pass that broke them ("load": an engine file's plan).
 void verify(const Graph& g, const std::string& after_pass);
 
 // Removes nodes marked in `dead` and values no longer referenced (inputs and outputs stay),

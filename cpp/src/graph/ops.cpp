@@ -162,15 +162,18 @@ std::string perm_text(const Permutation& p, int rank) {
   return s + ")";
 }
 
-int input_count(LayerType type) noexcept {
+InputArity input_arity(LayerType type) noexcept {
   switch (type) {
-    case LayerType::kINPUT: case LayerType::kCONSTANT: return 0;
+    case LayerType::kINPUT: case LayerType::kCONSTANT: return {0, 0};
     case LayerType::kMATRIX_MULTIPLY: case LayerType::kELEMENTWISE: case LayerType::kQUANTIZE:
-    case LayerType::kDEQUANTIZE: case LayerType::kGATHER: case LayerType::kCONVOLUTION:
-    case LayerType::kDECONVOLUTION: return 2;
-    case LayerType::kSELECT: case LayerType::kNORMALIZATION: return 3;
-    case LayerType::kCONCATENATION: case LayerType::kEINSUM: case LayerType::kPLUGIN: return -1;  // any number
-    default: return 1;
+    case LayerType::kDEQUANTIZE: case LayerType::kGATHER: return {2, 2};
+    case LayerType::kCONVOLUTION: case LayerType::kDECONVOLUTION: return {2, 3};  // optional bias
+    case LayerType::kSELECT: case LayerType::kNORMALIZATION: return {3, 3};
+    case LayerType::kSHUFFLE: return {1, 2};  // optional reshape dims tensor
+    case LayerType::kSLICE: return {1, 5};    // optional start, size, stride, fill value
+    case LayerType::kCONCATENATION: case LayerType::kEINSUM: return {1, -1};
+    case LayerType::kPLUGIN: return {0, -1};
+    default: return {1, 1};
   }
 }
 
@@ -190,6 +193,14 @@ Dims broadcast_dims(const Dims& a, const Dims& b) {
 }
 
 bool is_shape_tensor_type(DataType t) noexcept { return t == DataType::kINT32 || t == DataType::kINT64; }
+
+std::optional<std::uint64_t> byte_size(DataType t, const Dims& d) noexcept {
+  const std::int64_t n = d.volume();  // -1 for an unknown dim or an overflowing product
+  std::uint64_t bytes = 0;
+  if (n < 0 || __builtin_mul_overflow(static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(element_size(t)), &bytes))
+    return std::nullopt;
+  return bytes;
+}
 
 std::optional<std::vector<std::int64_t>> shape_values_of(const Weights& w) {
   if (!is_shape_tensor_type(w.type()) || w.count() > kMaxShapeTensorElements || w.values() == nullptr) return std::nullopt;
@@ -258,6 +269,16 @@ Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder,
 
 std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorDesc> in,
                               std::span<const InputFacts> facts, bool full) {
+  // Every rule below indexes its inputs: the count comes first (an engine file's node may
+  // name any number of inputs).
+  const auto arity = input_arity(static_cast<LayerType>(params.index()));
+  const auto count = static_cast<int>(in.size());
+  if (count < arity.min || (arity.max >= 0 && count > arity.max))
+    invalid("the layer has " + std::to_string(count) + " inputs; " +
+            std::string(layer_type_name(static_cast<LayerType>(params.index()))) + " layers take " +
+            (arity.min == arity.max ? std::to_string(arity.min)
+                                    : std::to_string(arity.min) + (arity.max < 0 ? " or more" : " to " + std::to_string(arity.max))));
+  if (facts.size() != in.size()) invalid("internal error: facts for " + std::to_string(facts.size()) + " of " + std::to_string(count) + " inputs");
   return std::visit(
       [&](const auto& p) -> std::vector<TensorDesc> {
         using P = std::decay_t<decltype(p)>;

@@ -29,6 +29,9 @@ struct InputFacts {
 // Shape tensors hold at most this many elements.
 inline constexpr std::int64_t kMaxShapeTensorElements = 64;
 bool is_shape_tensor_type(DataType t) noexcept;
+// Bytes of a tensor of type `t` and dims `d`; nullopt when a dim is unknown (-1) or the count
+// overflows 64 bits. Every size taken from untrusted dims goes through this.
+std::optional<std::uint64_t> byte_size(DataType t, const Dims& d) noexcept;
 // The values of int32/int64 weights of at most kMaxShapeTensorElements elements; else nullopt.
 std::optional<std::vector<std::int64_t>> shape_values_of(const Weights& w);
 
@@ -40,8 +43,11 @@ std::optional<std::vector<std::int64_t>> shape_values_of(const Weights& w);
 std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorDesc> inputs,
                               std::span<const InputFacts> facts, bool full = true);
 
-// Number of inputs a layer kind takes.
-int input_count(LayerType type) noexcept;
+// The fewest and most inputs a layer kind takes (max -1: any number); infer() refuses others.
+struct InputArity {
+  int min, max;
+};
+InputArity input_arity(LayerType type) noexcept;
 
 // Broadcast of two equal-rank dims (TensorRT's rule: equal, or one of them 1; -1 unknown).
 // Throws InvalidArgument describing the mismatch.
