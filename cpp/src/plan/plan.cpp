@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/json.h"
+#include "core/text.h"
 #include "plugin/registry.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/safetensors.h"
@@ -394,6 +395,13 @@ std::vector<std::byte> write_engine(const Plan& plan, int format_version) {
 }
 
 std::vector<std::byte> write_engine_with(const Plan& plan, const std::function<void(json&)>& edit, int format_version) {
+  json doc = plan_to_json(plan);
+  if (edit) edit(doc);
+  return write_engine_text(plan, doc.dump(), {}, format_version);
+}
+
+std::vector<std::byte> write_engine_text(const Plan& plan, const std::string& plan_text, const std::string& target_text,
+                                         int format_version) {
   std::vector<st::TensorData> tensors;
   for (std::size_t v = 0; v < plan.graph.values.size(); ++v) {
     const auto& val = plan.graph.values[v];
@@ -402,10 +410,8 @@ std::vector<std::byte> write_engine_with(const Plan& plan, const std::function<v
   }
   st::Metadata meta;
   meta["tensoracle.format"] = std::to_string(format_version);
-  meta["tensoracle.target"] = plan.target.dump();
-  json doc = plan_to_json(plan);
-  if (edit) edit(doc);
-  meta["tensoracle.plan"] = doc.dump();
+  meta["tensoracle.target"] = target_text.empty() ? plan.target.dump() : target_text;
+  meta["tensoracle.plan"] = plan_text;
   meta[std::string(kDigestKey)] = std::string(kDigestPrefix) + std::string(kDigestHex, '0');
   auto bytes = st::serialize(tensors, meta);
   std::uint64_t n;
@@ -548,6 +554,17 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
   Plan plan;
   try {
     plan.target = parse(get("tensoracle.target"), "target");
+    // Backends read the target's fields as strings, integers and lists of strings (the CPU's
+    // instruction sets): check_compatible and inspect must not meet anything else.
+    if (!plan.target.is_object()) throw corrupt("its target is not a JSON object");
+    for (const auto& [key, v] : plan.target.items()) {
+      static constexpr std::array<std::string_view, 5> kStrings = {"backend", "device", "arch", "onednn", "compute_capability"};
+      const bool text = std::find(kStrings.begin(), kStrings.end(), key) != kStrings.end();
+      const bool strings = v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); });
+      if (!v.is_string() && (text || !(v.is_number_integer() || strings)))
+        throw corrupt("its target's field " + core::quote_name(key) + " is not " +
+                      (text ? "a string" : "a string, an integer or a list of strings"));
+    }
     json j = parse(get("tensoracle.plan"), "plan");
     check_numbers(j, "plan");
     plan.name = j.at("name").get<std::string>();

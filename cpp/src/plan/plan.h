@@ -40,6 +40,11 @@ std::vector<std::byte> write_engine(const Plan& plan, int format_version = kEngi
 // a consistent digest over a plan that says something wrong).
 std::vector<std::byte> write_engine_with(const Plan& plan, const std::function<void(nlohmann::json&)>& edit,
                                          int format_version = kEngineFormatVersion);
+// The same with the plan and target documents given as text, stored as they are (tests and the
+// fuzzer: documents no JSON value can hold, such as nesting a million levels deep). An empty
+// `target_text` stores the plan's target.
+std::vector<std::byte> write_engine_text(const Plan& plan, const std::string& plan_text, const std::string& target_text = {},
+                                         int format_version = kEngineFormatVersion);
 
 // Parses and verifies an engine held in `bytes` (which `owner` keeps alive; weights borrow
 // from it): digest, then format version. The caller checks the target with its backend.
