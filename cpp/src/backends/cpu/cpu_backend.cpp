@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_more.h"
 #include "backends/cpu/onednn.h"
+#include "core/text.h"
 #include "plugin/instance.h"
 #include "runtime/plugin_node.h"
 #include "runtime/backend.h"
@@ -79,6 +80,7 @@ class CpuNodeKernel final : public NodeKernel {
   }
 
   void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void*) const override {
+    cpu::ThreadScope threads;
     auto* ws = static_cast<std::byte*>(workspace);
     // oneDNN runs the main op and the first `done` epilogue ops as one primitive.
     std::size_t done = 0, accel_ws = 0;
@@ -384,6 +386,18 @@ class CpuBackend final : public Backend {
   }
 
   std::unique_ptr<NodeKernel> instantiate(const graph::Graph& g, const graph::Node& n) const override {
+    // An engine file's tactic is not trusted: it must be one this backend offers for the node
+    // (empty: the node runs in-process, for constant folding or shape tensors).
+    if (!n.tactic.empty()) {
+      const auto offered = tactics(g, n);
+      if (std::find(offered.begin(), offered.end(), n.tactic) == offered.end()) {
+        std::string list;
+        for (const auto& t : offered) list += (list.empty() ? "" : ", ") + t;
+        throw CorruptEngineError("[cpu] layer " + core::quote_name(n.name) + ": tactic " + core::quote_name(n.tactic) +
+                                 " is not one of the CPU backend's kernels for this " +
+                                 std::string(layer_type_name(n.type())) + " layer (" + list + "); rebuild the engine");
+      }
+    }
     return std::make_unique<CpuNodeKernel>(g, n);
   }
 

@@ -11,6 +11,10 @@
 
 #include <cblas.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -49,6 +53,19 @@ void set_num_threads(int n) {
   g_threads.store(n, std::memory_order_relaxed);
   std::call_once(g_blas_once, [] {});  // supersedes the lazy first-use setting below
   openblas_set_num_threads(num_threads());
+}
+
+ThreadScope::ThreadScope() {
+#ifdef _OPENMP
+  previous_ = omp_get_max_threads();
+  if (previous_ != num_threads()) omp_set_num_threads(num_threads());
+#endif
+}
+
+ThreadScope::~ThreadScope() {
+#ifdef _OPENMP
+  if (previous_ != num_threads()) omp_set_num_threads(previous_);
+#endif
 }
 
 namespace detail {

@@ -60,4 +60,19 @@ void copy(const TensorRef& x, const TensorRef& out);
 int num_threads();
 void set_num_threads(int n);
 
+// For the scope of one node's run: the calling thread's OpenMP thread count (an ICV of each
+// thread) is num_threads(). OpenBLAS's OpenMP build sizes every GEMM by the calling thread's
+// count and resets its process-wide count to match, so executions on threads with other counts
+// gave other bits and raced on that global; oneDNN sizes its regions the same way.
+class ThreadScope {
+ public:
+  ThreadScope();
+  ~ThreadScope();
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 }  // namespace tensoracle::cpu

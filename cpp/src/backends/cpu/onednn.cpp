@@ -4,9 +4,12 @@
 // its post-op operands' descriptions, the reorders between the graph's plain layouts and the
 // layouts oneDNN chose, and the constant weights reordered once into oneDNN's layout (on the
 // first run that has their bytes). Plans are made under a mutex and then only read, so
-// executions on several threads share them. oneDNN keeps its scratchpad per thread (library
-// mode): its size depends on the thread count at run time, which the engine's workspace,
-// planned at build time, cannot know. The workspace holds only the reordered activations.
+// executions on several threads share them, and may run one primitive at the same time. Every
+// primitive is therefore made in oneDNN's user-scratchpad mode, and each run passes scratch of
+// its calling thread (thread_scratchpad): in oneDNN's default library mode a primitive owns one
+// scratchpad, which two threads running it at once would both write. The scratchpad's size
+// depends on the thread count at run time, which the engine's workspace, planned at build time,
+// cannot know; the workspace holds only the reordered activations.
 #include "backends/cpu/onednn.h"
 
 #ifndef TENSORACLE_HAVE_ONEDNN
@@ -30,7 +33,9 @@ std::string version() { return ""; }
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -65,6 +70,53 @@ dnnl::stream& thread_stream() {
   return s;
 }
 
+// Scratch for one primitive run on the calling thread, grown as needed and kept for the
+// thread's later runs (see the top of this file).
+dnnl::memory thread_scratchpad(const dnnl::memory::desc& d) {
+  struct Free {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+  thread_local std::unique_ptr<std::byte, Free> buffer;
+  thread_local std::size_t capacity = 0;
+  const std::size_t need = d.get_size();
+  if (need > capacity) {
+    const std::size_t bytes = (need + 63) / 64 * 64;
+    buffer.reset(static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
+    capacity = buffer ? bytes : 0;
+    if (!buffer) throw std::bad_alloc();
+  }
+  return dnnl::memory(d, cpu_engine(), buffer.get());
+}
+
+// Attributes every primitive here is made with: user scratchpad (passed per run).
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// Adds the calling thread's scratchpad to a primitive's arguments when it needs one.
+void add_scratchpad(std::unordered_map<int, dnnl::memory>& args, const dnnl::memory::desc& scratch) {
+  if (scratch.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, thread_scratchpad(scratch));
+}
+
+// A reorder between two layouts, made in user-scratchpad mode.
+struct Reorder {
+  dnnl::reorder prim;
+  dnnl::memory::desc scratch;
+
+  Reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+    dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
+    prim = dnnl::reorder(pd);
+    scratch = pd.scratchpad_desc();
+  }
+  void run(dnnl::stream& s, dnnl::memory& from, dnnl::memory& to) const {
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    add_scratchpad(args, scratch);
+    prim.execute(s, args);
+  }
+};
+
 dnnl::memory::dims to_dims(const Dims& d) { return d.vec(); }
 
 // Row-major strides of `d`.
@@ -88,27 +140,6 @@ dnnl::memory::desc nhwc(const dnnl::memory::dims& d) {
   for (std::size_t i = 2; i < d.size(); ++i) strides[i] = ps[i - 1];
   return {d, dt::f32, strides};
 }
-
-// The thread count of kernels applies to oneDNN's OpenMP regions for the duration of a call.
-class ThreadScope {
- public:
-  ThreadScope() {
-#ifdef _OPENMP
-    prev_ = omp_get_max_threads();
-    if (prev_ != num_threads()) omp_set_num_threads(num_threads());
-#endif
-  }
-  ~ThreadScope() {
-#ifdef _OPENMP
-    if (prev_ != num_threads()) omp_set_num_threads(prev_);
-#endif
-  }
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-
- private:
-  int prev_ = 1;
-};
 
 // One epilogue op as a post-op.
 struct PostOp {
@@ -210,7 +241,7 @@ class PlanCache {
     if (it != plans_.end()) return it->second;
     std::shared_ptr<const P> plan;
     try {
-      ThreadScope threads;
+      cpu::ThreadScope threads;
       plan = make();
     } catch (const dnnl::error&) {
       plan = nullptr;  // unimplemented for these shapes or post-ops: the generic kernels run
@@ -235,7 +266,7 @@ struct PackedWeights {
       dnnl::memory src(user, cpu_engine(), const_cast<void*>(data));
       memory = dnnl::memory(packed, cpu_engine());
       dnnl::stream s(cpu_engine());
-      dnnl::reorder(src, memory).execute(s, src, memory);
+      Reorder(user, packed).run(s, src, memory);
       s.wait();
     });
     return memory;
@@ -256,7 +287,7 @@ void add_post_ops(dnnl::post_ops& po, const std::vector<PostOp>& ops, const std:
 dnnl::primitive_attr attributes(const std::vector<PostOp>& ops, const std::vector<dnnl::memory::desc>& operand_descs) {
   dnnl::post_ops po;
   add_post_ops(po, ops, operand_descs);
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = user_scratchpad();
   attr.set_post_ops(po);
   return attr;
 }
@@ -290,7 +321,7 @@ class Matmul final : public Accelerated {
     auto plan = plan_for(in, main_out);
     if (!plan) throw BuildError("[cpu] matmul: no oneDNN plan for these shapes");
     const auto& eng = cpu_engine();
-    ThreadScope threads;
+    cpu::ThreadScope threads;
     dnnl::memory src(plan->src, eng, in[0].data), dst(plan->dst, eng, out.data);
     dnnl::memory weights = plan->packed ? plan->packed->get(in[1].data) : dnnl::memory(plan->weights, eng, in[1].data);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
@@ -299,6 +330,7 @@ class Matmul final : public Accelerated {
       if (ops_[i].kind == PostOp::kBinary)
         args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
                      dnnl::memory(plan->operands[b++], eng, in[ops_[i].operand].data));
+    add_scratchpad(args, plan->pd.scratchpad_desc());
     auto& s = thread_stream();
     plan->prim.execute(s, args);
     s.wait();
@@ -384,7 +416,7 @@ struct ConvPlan : Plan {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   dnnl::memory::desc user_src, user_dst, user_residual, user_weights, bias;
-  std::optional<dnnl::reorder> to_src, to_weights, from_dst, residual_to_dst;
+  std::optional<Reorder> to_src, to_weights, from_dst, residual_to_dst;
   std::size_t src_offset = 0, dst_offset = 0, weights_offset = 0;
   std::unique_ptr<PackedWeights> packed;
 };
@@ -418,13 +450,13 @@ class Convolution final : public Accelerated {
     if (!plan) throw BuildError("[cpu] convolution '" + name_ + "': no oneDNN plan for these shapes");
     const auto& eng = cpu_engine();
     auto* ws = static_cast<std::byte*>(workspace);
-    ThreadScope threads;
+    cpu::ThreadScope threads;
     auto& s = thread_stream();
     dnnl::memory user_src(plan->user_src, eng, in[0].data), user_dst(plan->user_dst, eng, out.data);
     dnnl::memory src = user_src, dst = user_dst;
     if (plan->to_src) {
       src = dnnl::memory(plan->pd.src_desc(), eng, ws + plan->src_offset);
-      plan->to_src->execute(s, user_src, src);
+      plan->to_src->run(s, user_src, src);
     }
     if (plan->from_dst) dst = dnnl::memory(plan->pd.dst_desc(), eng, ws + plan->dst_offset);
     dnnl::memory weights;
@@ -435,7 +467,7 @@ class Convolution final : public Accelerated {
       weights = user_w;
       if (plan->to_weights) {
         weights = dnnl::memory(plan->pd.weights_desc(), eng, ws + plan->weights_offset);
-        plan->to_weights->execute(s, user_w, weights);
+        plan->to_weights->run(s, user_w, weights);
       }
     }
     for (const auto& op : ops_) {
@@ -443,15 +475,16 @@ class Convolution final : public Accelerated {
       const Buffer& residual = in[op.operand];
       if (plan->residual_to_dst) {
         dnnl::memory user_res(plan->user_residual, eng, residual.data);
-        plan->residual_to_dst->execute(s, user_res, dst);
+        plan->residual_to_dst->run(s, user_res, dst);
       } else {  // the same layout: bytes
         copy({residual.data, DataType::kFLOAT, residual.dims}, {dst.get_data_handle(), DataType::kFLOAT, out.dims});
       }
     }
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
     if (has_bias_) args.emplace(DNNL_ARG_BIAS, dnnl::memory(plan->bias, eng, in[2].data));
+    add_scratchpad(args, plan->pd.scratchpad_desc());
     plan->prim.execute(s, args);
-    if (plan->from_dst) plan->from_dst->execute(s, dst, user_dst);
+    if (plan->from_dst) plan->from_dst->run(s, dst, user_dst);
     s.wait();
   }
 
@@ -512,25 +545,23 @@ class Convolution final : public Accelerated {
     plan->prim = dnnl::convolution_forward(plan->pd);
     std::size_t offset = 0;
     if (plan->pd.src_desc() != plan->user_src) {
-      plan->to_src = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan->user_src, cpu_engine(), plan->pd.src_desc()));
+      plan->to_src.emplace(plan->user_src, plan->pd.src_desc());
       plan->src_offset = offset;
       offset += align_up(plan->pd.src_desc().get_size());
     }
     if (plan->pd.dst_desc() != plan->user_dst) {
-      plan->from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan->pd.dst_desc(), cpu_engine(), plan->user_dst));
+      plan->from_dst.emplace(plan->pd.dst_desc(), plan->user_dst);
       plan->dst_offset = offset;
       offset += align_up(plan->pd.dst_desc().get_size());
     }
     if (plan->pd.dst_desc() != plan->user_residual)
-      plan->residual_to_dst =
-          dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan->user_residual, cpu_engine(), plan->pd.dst_desc()));
+      plan->residual_to_dst.emplace(plan->user_residual, plan->pd.dst_desc());
     if (weights_constant_) {
       plan->packed = std::make_unique<PackedWeights>();
       plan->packed->user = plan->user_weights;
       plan->packed->packed = plan->pd.weights_desc();
     } else if (plan->pd.weights_desc() != plan->user_weights) {
-      plan->to_weights =
-          dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan->user_weights, cpu_engine(), plan->pd.weights_desc()));
+      plan->to_weights.emplace(plan->user_weights, plan->pd.weights_desc());
       plan->weights_offset = offset;
       offset += align_up(plan->pd.weights_desc().get_size());
     }
