@@ -152,6 +152,15 @@ void bind_engine(nb::module_& m) {
       nb::arg("graph"), nb::arg("declaration"), nb::arg("plugins") = std::vector<std::filesystem::path>{},
       "Calls graph(network) once, builds the network into an engine and returns the engine file's bytes");
 
+  m.def(
+      "save_engine",
+      [](nb::bytes data, const std::filesystem::path& path) {
+        save_engine(std::span(static_cast<const std::byte*>(data.data()), data.size()), path);
+      },
+      nb::arg("data"), nb::arg("path"),
+      "Writes engine bytes to path atomically (temporary file, fsync, rename): readers never see a partial "
+      "file, and engines open on the old file keep running");
+
   nb::class_<IOTensorInfo>(m, "IOTensorInfo")
       .def_ro("name", &IOTensorInfo::name)
       .def_prop_ro("mode", [](const IOTensorInfo& t) { return mode_name(t.mode); })

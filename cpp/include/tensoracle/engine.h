@@ -10,7 +10,8 @@
 // An Engine is a shared, immutable handle: copies share the weights (mapped from the file, or
 // copied once from bytes); Executions keep it alive. Each Execution owns its activation memory
 // and shapes; several Executions of one Engine may run at the same time on different threads.
-// One Execution must not be used from two threads at once.
+// One Execution runs one call at a time: a call from a second thread while another is inside
+// it raises InvalidArgument (create one Execution per thread).
 //
 // Opening verifies, before anything else, the file's digest (XXH3-128 over the whole file but
 // the digest itself) — any damaged or truncated file raises CorruptEngineError — then the
@@ -75,6 +76,12 @@ struct HostTensorView {
   const void* data = nullptr;
 };
 
+// Writes engine bytes (what build_serialized_engine returns) to `path` atomically: a
+// temporary file in the same folder, written and fsync'ed, then renamed over `path`, so that a
+// reader never sees a partial file and an engine open on the old file keeps its bytes. Refuses
+// to replace anything but a regular file. Throws IoError naming `path`.
+void save_engine(std::span<const std::byte> bytes, const std::filesystem::path& path);
+
 class Execution;
 namespace runtime {
 struct EngineAccess;  // internal: how the engine cache opens files it has verified before
@@ -85,8 +92,10 @@ class Engine {
   // Opens an engine held in memory (the bytes are copied). Throws CorruptEngineError,
   // IncompatibleEngineError.
   static Engine deserialize(std::span<const std::byte> bytes);
-  // Opens an engine file by mapping it (weights are used in place, not copied); the file may be
-  // replaced (atomically) while the engine is open. Throws IoError, CorruptEngineError,
+  // Opens an engine file, reading it into memory: whatever happens to the file afterwards
+  // (replaced, deleted, or rewritten and truncated in place) the open engine keeps running on
+  // the bytes it read. (open_engine maps the cache's own entries instead, which the cache only
+  // ever replaces by rename: see cache.h.) Throws IoError, CorruptEngineError,
   // IncompatibleEngineError.
   static Engine load(const std::filesystem::path& path);
 

@@ -117,7 +117,7 @@ std::vector<Check> verify(const fs::path& dir) {
   for (auto& e : list(dir)) {
     Check c{e, Health::kOk, ""};
     try {
-      (void)runtime::EngineAccess::load_file(e.path, nullptr);
+      (void)runtime::EngineAccess::load_file(e.path, nullptr, /*map=*/true);
       counters().engine_digest_checks.fetch_add(1);
     } catch (const IncompatibleEngineError& x) {
       c.health = Health::kIncompatible;

@@ -51,7 +51,7 @@ std::variant<runtime::LoadedEngine, Miss> open_saved(const Environment& env, con
   };
   std::optional<runtime::LoadedEngine> loaded;
   try {
-    loaded.emplace(runtime::EngineAccess::load_file(p.engine, trusted));
+    loaded.emplace(runtime::EngineAccess::load_file(p.engine, trusted, /*map=*/true));
   } catch (const IoError& e) {
     if (e.errno_value() == ENOENT) return Miss::kMissing;
     throw;
@@ -168,7 +168,7 @@ EngineHandle open_engine_with(const Environment& env, const GraphFunction& graph
     }
     try {
       // Read back what was written: the record then vouches for a file checked in full.
-      built.emplace(runtime::EngineAccess::load_file(p.engine, nullptr));
+      built.emplace(runtime::EngineAccess::load_file(p.engine, nullptr, /*map=*/true));
       counters().engine_digest_checks.fetch_add(1);
       // Wait out the rest of the racy margin (at most 25 ms where file times have sub-second
       // resolution) so that the record vouches for the file at once: the next open, in any

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "tensoracle/errors.h"
 
@@ -19,11 +21,14 @@ void throw_io_error(std::string_view component, const std::string& what,
                 err, path.string());
 }
 
-MappedFile::MappedFile(const std::filesystem::path& path, bool copy_on_write, std::string_view component) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; mmap ignores the flag.
+namespace {
+
+// Opens `path` read-only and checks it is a regular file; returns the descriptor and its stat.
+int open_regular(const std::filesystem::path& path, std::string_view component, struct stat& st) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; reads and mmap ignore the flag for
+  // regular files.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw_io_error(component, "cannot open", path, errno);
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
@@ -33,6 +38,45 @@ MappedFile::MappedFile(const std::filesystem::path& path, bool copy_on_write, st
     ::close(fd);
     throw FormatError("[" + std::string(component) + "] " + path.string() + ": not a regular file");
   }
+  return fd;
+}
+
+}  // namespace
+
+FileCopy read_file(const std::filesystem::path& path, std::string_view component) {
+  struct stat st {};
+  const int fd = open_regular(path, component, st);
+  FileCopy copy;
+  copy.size = static_cast<std::size_t>(st.st_size);
+  copy.stat = FileStat::of(st);
+  if (copy.size > 0) {
+    constexpr std::size_t kAlign = 256;
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, (copy.size + kAlign - 1) / kAlign * kAlign));
+    if (p == nullptr) {
+      ::close(fd);
+      throw std::bad_alloc();
+    }
+    copy.data = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { std::free(q); });
+    std::size_t done = 0;
+    while (done < copy.size) {
+      const ssize_t n = ::pread(fd, p + done, std::min<std::size_t>(copy.size - done, std::size_t{1} << 30),
+                                static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
+        ::close(fd);
+        throw_io_error(component, n < 0 ? "cannot read" : "the file shrank while it was read", path, err);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  ::close(fd);
+  return copy;
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path, bool copy_on_write, std::string_view component) {
+  struct stat st {};
+  const int fd = open_regular(path, component, st);
   size_ = static_cast<std::size_t>(st.st_size);
   stat_ = FileStat::of(st);
   if (size_ > 0) {

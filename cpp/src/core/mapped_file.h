@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,17 @@ class MappedFile {
   std::size_t size_ = 0;
   FileStat stat_;
 };
+
+// A whole regular file read into private, 256-byte aligned memory: unlike a mapping, nothing
+// another process does to the file afterwards (rewriting or truncating it in place) can change
+// these bytes or fault a reader of them. Throws as MappedFile; IoError (EIO) when the file
+// shrinks while it is read.
+struct FileCopy {
+  std::shared_ptr<std::byte[]> data;  // null for an empty file
+  std::size_t size = 0;
+  FileStat stat;  // what fstat said before reading
+};
+FileCopy read_file(const std::filesystem::path& path, std::string_view component);
 
 // Throws IoError for a failed system call `what` on `path`, with errno's text.
 [[noreturn]] void throw_io_error(std::string_view component, const std::string& what,

@@ -1,13 +1,17 @@
 #include "tensoracle/engine.h"
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "backends/cpu/kernels.h"
+#include "core/atomic_file.h"
 #include "core/mapped_file.h"
 #include "plan/plan.h"
 #include "runtime/backend.h"
 #include "runtime/engine_access.h"
+#include "runtime/memory_checks.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle {
@@ -17,10 +21,8 @@ namespace {
 constexpr std::size_t kAlign = 256;  // what GPU kernels (cuBLASLt's among them) like best
 std::uint64_t align_up(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-std::uint64_t bytes_of(DataType t, const Dims& d) {
-  auto v = d.volume();
-  return v < 0 ? 0 : static_cast<std::uint64_t>(v) * element_size(t);
-}
+// Bytes of a tensor whose shape inference gave known dims (checked against the plan before use).
+std::uint64_t bytes_of(DataType t, const Dims& d) { return graph::byte_size(t, d).value_or(0); }
 
 }  // namespace
 
@@ -109,6 +111,7 @@ std::shared_ptr<const Engine::State> open_state(std::span<const std::byte> bytes
     st->kernels.push_back(st->backend->instantiate(st->plan.graph, n));
     st->has_plugins = st->has_plugins || n.type() == LayerType::kPLUGIN;
   }
+  runtime::check_memory_plan(st->plan, st->kernels, name);
   for (std::size_t i = 0; i < st->plan.io.size(); ++i) st->io_index.emplace(st->plan.io[i].name, i);
   for (const auto& v : st->plan.graph.values)
     if (v.constant) st->weight_bytes += v.constant->bytes().size();
@@ -128,25 +131,40 @@ Engine Engine::deserialize(std::span<const std::byte> bytes) {
   return Engine(open_state(copy, "<engine bytes>", std::shared_ptr<const void>(storage, storage.get())));
 }
 
+void save_engine(std::span<const std::byte> bytes, const std::filesystem::path& path) {
+  core::AtomicFile out(path, "engine");
+  out.write(bytes);
+  out.commit();
+}
+
 Engine Engine::load(const std::filesystem::path& path) {
-  return runtime::EngineAccess::load_file(path, nullptr).engine;
+  return runtime::EngineAccess::load_file(path, nullptr, /*map=*/false).engine;
 }
 
 namespace runtime {
 
 LoadedEngine EngineAccess::load_file(const std::filesystem::path& path,
-                                     const std::function<bool(const core::FileStat&)>& skip_digest) {
-  std::shared_ptr<core::MappedFile> map;
+                                     const std::function<bool(const core::FileStat&)>& skip_digest, bool map) {
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> bytes;
+  core::FileStat stat;
   try {
-    map = std::make_shared<core::MappedFile>(path, false, "engine");
+    if (map) {
+      auto mapped = std::make_shared<core::MappedFile>(path, false, "engine");
+      bytes = mapped->bytes();
+      stat = mapped->stat();
+      owner = std::shared_ptr<const void>(mapped, bytes.data());
+    } else {
+      auto copy = core::read_file(path, "engine");
+      bytes = {copy.data.get(), copy.size};
+      stat = copy.stat;
+      owner = std::shared_ptr<const void>(copy.data, copy.data.get());
+    }
   } catch (const FormatError& e) {
     throw CorruptEngineError(std::string(e.what()) + "; expected an engine file");
   }
-  auto bytes = map->bytes();
-  const bool verify = !skip_digest || !skip_digest(map->stat());
-  core::FileStat stat = map->stat();
-  return {Engine(open_state(bytes, path.string(), std::shared_ptr<const void>(map, bytes.data()), verify)), stat,
-          verify};
+  const bool verify = !skip_digest || !skip_digest(stat);
+  return {Engine(open_state(bytes, path.string(), std::move(owner), verify)), stat, verify};
 }
 
 }  // namespace runtime
@@ -244,6 +262,10 @@ struct Execution::State {
   std::vector<std::byte*> io_device;
   void* run_stream = nullptr;
 
+  // The thread inside one of the Execution's methods (none when idle): one Execution used
+  // from two threads at once is refused, not raced.
+  std::atomic<std::thread::id> user{};
+
   explicit State(Engine e) : engine(std::move(e)), backend(*engine.state_->backend) {}
   ~State() {
     if (arena) backend.deallocate(arena);
@@ -270,25 +292,31 @@ struct Execution::State {
         throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' has dims " + shapes[v].dims.str() +
                               " that depend on tensor values shape inference cannot compute (reshape dims and slice "
                               "bounds must come from add_shape outputs and constants)");
-    for (std::size_t v = 0; v < shapes.size(); ++v)
-      if (p.memory.offsets[v] >= 0 && bytes_of(shapes[v].type, shapes[v].dims) > p.max_bytes[v])
-        throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' would need " +
-                              std::to_string(bytes_of(shapes[v].type, shapes[v].dims)) + " bytes at these input shapes, more than the " +
-                              std::to_string(p.max_bytes[v]) + " planned for the profile's max");
-    // A plugin's scratch at these shapes must fit what was planned at the profile's max.
-    if (engine.state_->has_plugins)
-      for (std::size_t n = 0; n < p.graph.nodes.size(); ++n) {
-        const auto& node = p.graph.nodes[n];
-        if (node.type() != LayerType::kPLUGIN) continue;
-        std::vector<runtime::Buffer> in;
-        for (int v : node.all_inputs()) in.push_back({nullptr, shapes[static_cast<std::size_t>(v)].type, shapes[static_cast<std::size_t>(v)].dims});
-        const auto& o = shapes[static_cast<std::size_t>(node.output)];
-        const auto need = engine.state_->kernels[n]->workspace_bytes(in, {nullptr, o.type, o.dims});
-        if (need > p.workspace_bytes)
-          throw InvalidArgument("[execution] layer '" + node.name + "': the plugin needs " + std::to_string(need) +
-                                " bytes of scratch at these input shapes, more than the " + std::to_string(p.workspace_bytes) +
-                                " planned at the profile's max (a plugin's workspace_size must not grow when shapes shrink)");
-      }
+    // Every tensor a kernel writes or the caller binds (arena values, inputs and outputs, whose
+    // device buffers run() sizes from the plan) must fit what was planned at the profile's max.
+    for (std::size_t v = 0; v < shapes.size(); ++v) {
+      if (p.graph.values[v].constant) continue;
+      const auto bytes = graph::byte_size(shapes[v].type, shapes[v].dims);
+      if (!bytes || *bytes > p.max_bytes[v])
+        throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' has dims " + shapes[v].dims.str() +
+                              " at these input shapes, more than the " + std::to_string(p.max_bytes[v]) +
+                              " bytes planned for the profile's max");
+    }
+    // Each node's scratch at these shapes must fit what was planned at the profile's max (a
+    // kernel's need may not shrink with its shapes: a plugin's workspace_size, say).
+    std::vector<runtime::Buffer> in;
+    for (std::size_t n = 0; n < p.graph.nodes.size(); ++n) {
+      const auto& node = p.graph.nodes[n];
+      in.clear();
+      for (int v : node.all_inputs()) in.push_back({nullptr, shapes[static_cast<std::size_t>(v)].type, shapes[static_cast<std::size_t>(v)].dims});
+      const auto& o = shapes[static_cast<std::size_t>(node.output)];
+      const auto need = engine.state_->kernels[n]->workspace_bytes(in, {nullptr, o.type, o.dims});
+      if (need > p.workspace_bytes)
+        throw InvalidArgument("[execution] layer '" + node.name + "' needs " + std::to_string(need) +
+                              " bytes of scratch at these input shapes, more than the " + std::to_string(p.workspace_bytes) +
+                              " planned at the profile's max" +
+                              (node.type() == LayerType::kPLUGIN ? " (a plugin's workspace_size must not grow when shapes shrink)" : ""));
+    }
     host_bytes.assign(shapes.size(), {});
     if (backend.memory() == runtime::MemoryKind::kDevice)
       for (const auto& n : p.graph.nodes) {
@@ -314,8 +342,15 @@ struct Execution::State {
 Execution Engine::create_execution() const {
   auto st = std::make_unique<Execution::State>(*this);
   const auto& p = state_->plan;
-  std::uint64_t bytes = align_up(p.memory.arena_bytes) + p.workspace_bytes;
-  st->arena = static_cast<std::byte*>(st->backend.allocate(bytes));
+  // Both sizes were checked against kMaxEngineMemory when the engine opened: no overflow.
+  const std::uint64_t bytes = align_up(p.memory.arena_bytes) + p.workspace_bytes;
+  try {
+    st->arena = static_cast<std::byte*>(st->backend.allocate(bytes));
+  } catch (const std::bad_alloc&) {
+    throw IncompatibleEngineError("[execution] engine '" + p.name + "': cannot allocate " + std::to_string(bytes) +
+                                  " bytes of activations and scratch on " + st->backend.device() +
+                                  " (out of memory); free memory, or rebuild the engine with a smaller profile max");
+  }
   st->addresses.assign(p.io.size(), nullptr);
   std::size_t inputs = p.graph.inputs.size();
   st->input_dims.resize(inputs);
@@ -328,6 +363,35 @@ Execution Engine::create_execution() const {
   return Execution(std::move(st));
 }
 
+namespace {
+
+// Marks an Execution in use by this thread for the scope of one public call (calls nested in
+// it on the same thread pass); another thread's call meanwhile raises InvalidArgument.
+class InUse {
+ public:
+  explicit InUse(std::atomic<std::thread::id>& user) : user_(user) {
+    std::thread::id idle{};
+    const auto me = std::this_thread::get_id();
+    if (user_.compare_exchange_strong(idle, me, std::memory_order_acquire)) {
+      outer_ = true;
+    } else if (idle != me) {
+      throw InvalidArgument("[execution] this execution is in use by another thread; an Execution runs one call at a "
+                            "time: create one execution per thread (Engine::create_execution)");
+    }
+  }
+  ~InUse() {
+    if (outer_) user_.store(std::thread::id{}, std::memory_order_release);
+  }
+  InUse(const InUse&) = delete;
+  InUse& operator=(const InUse&) = delete;
+
+ private:
+  std::atomic<std::thread::id>& user_;
+  bool outer_ = false;
+};
+
+}  // namespace
+
 Execution::Execution(std::unique_ptr<State> s) : state_(std::move(s)) {}
 Execution::~Execution() = default;
 Execution::Execution(Execution&&) noexcept = default;
@@ -336,6 +400,7 @@ Execution& Execution::operator=(Execution&&) noexcept = default;
 const Engine& Execution::engine() const noexcept { return state_->engine; }
 
 void Execution::set_input_shape(std::string_view name, const Dims& dims) {
+  InUse in_use(state_->user);
   auto i = state_->io(name);
   const auto& t = state_->plan().io[i];
   if (t.mode != TensorIOMode::kINPUT) throw InvalidArgument("[execution] '" + t.name + "' is an output, not an input");
@@ -355,20 +420,26 @@ void Execution::set_input_shape(std::string_view name, const Dims& dims) {
 }
 
 Dims Execution::tensor_shape(std::string_view name) const {
+  InUse in_use(state_->user);
   auto i = state_->io(name);
   state_->infer();
   return state_->shapes[static_cast<std::size_t>(state_->plan().io_values[i])].dims;
 }
 
-void Execution::set_tensor_address(std::string_view name, void* data) { state_->addresses[state_->io(name)] = data; }
+void Execution::set_tensor_address(std::string_view name, void* data) {
+  InUse in_use(state_->user);
+  state_->addresses[state_->io(name)] = data;
+}
 
 void Execution::set_graph_replay(bool enabled) {
+  InUse in_use(state_->user);
   state_->graph_replay = enabled;
   if (!enabled) state_->recording.reset();
 }
 bool Execution::graph_replay() const noexcept { return state_->graph_replay; }
 
 void Execution::enqueue(void* stream) {
+  InUse in_use(state_->user);
   auto& s = *state_;
   const bool device = s.backend.memory() == runtime::MemoryKind::kDevice;
   if (!device || !s.graph_replay || stream == nullptr) {
@@ -404,6 +475,7 @@ struct Execution::Profiler {
 };
 
 std::vector<double> Execution::enqueue_profiled(void* stream) {
+  InUse in_use(state_->user);
   state_->backend.check_stream(stream);
   auto timeline = state_->backend.timeline(stream);
   Profiler profiler{*timeline};
@@ -454,6 +526,7 @@ void Execution::run_nodes(void* stream, Profiler* profiler) {
 }
 
 std::map<std::string, HostTensor> Execution::run(const std::map<std::string, HostTensorView>& inputs) {
+  InUse in_use(state_->user);
   const auto& p = state_->plan();
   // run() binds the caller's arrays and its own outputs only for this call: afterwards the
   // addresses set with set_tensor_address are back (a later enqueue() must not write into
