@@ -20,7 +20,7 @@ PY_SOURCES  := $(shell find python/native python/src -type f) python/CMakeLists.
 CUDA_WHEELS  = $$(ls -d $(abspath $(VENV))/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -1)
 CMAKE_ARGS  := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA))
 
-.PHONY: all setup apt cpp python fuzz-build test demo bench clean
+.PHONY: all setup apt cpp python fuzz-build test sanitize demo bench clean
 all: cpp python
 
 setup: apt $(VENV)/.stamp
@@ -55,6 +55,13 @@ fuzz-build: setup
 
 test: cpp python fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) BUILD=$(BUILD) VENV=$(VENV) scripts/run-tests.sh
+
+# The C++ tests under AddressSanitizer + UBSan, the thread tests under ThreadSanitizer, the fuzz
+# seeds and a short fuzz run (scripts/run-sanitizers.sh; build trees of their own, no CUDA).
+# Not part of `make test` (a sanitizer build takes a while): run it before resolving any change
+# to a parser, the loader or the runtime.
+sanitize: setup fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) BUILD=$(BUILD) VENV=$(VENV) scripts/run-sanitizers.sh
 
 # The main job: the linear layer in fp32, bf16, int8 and fp8 — built and saved with open_engine,
 # reopened in a new process and gated against fp32 with compare_outputs

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test that needs no GPU: a short fuzzing pass, CTest without the `gpu` label,
 # pytest without the `gpu` marker. Runs all of them even when one fails; exits non-zero if any
-# failed. The last lines printed are the runners' summaries.
+# failed. The last lines printed are the runners' summaries. `--fuzz-only` stops after fuzzing.
 set -uo pipefail
 build=${BUILD:-build}
 venv=${VENV:-.venv}
@@ -61,6 +61,8 @@ if (( ${#targets[@]} > 0 )); then
 else
   echo "== fuzz: skipped (no clang; fuzz targets not built)"
 fi
+
+[[ ${1:-} == --fuzz-only ]] && exit $status  # scripts/run-sanitizers.sh: the fuzzing part only
 
 echo "== C++ tests (ctest, label gpu excluded)"
 ctest_bin=$(dirname "$(readlink -f "$venv/bin/cmake")")/ctest

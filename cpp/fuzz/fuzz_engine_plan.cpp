@@ -1,10 +1,18 @@
 // libFuzzer target: an engine file's plan document (its `tensoracle.plan` JSON), which drives
 // everything after the container (fuzz_safetensors covers that) and the digest (anyone can
-// recompute it). Each input is written as the plan of an engine with a valid digest, around the
-// constants of a small CPU network built here, and opened: plan::read_engine parses it and runs
-// graph::verify, Engine::deserialize instantiates the CPU backend's kernel for every node. What
-// opens is inspected and, where its memory is small, run once on zeros. A tensoracle::Error is
-// the expected refusal; anything else escaping, or a sanitizer report, is a finding.
+// recompute it). Each input is stored, as it is, as the plan of an engine with a valid digest
+// around the constants of a small CPU network built here, and opened: plan::read_engine parses
+// and verifies it, Engine::deserialize checks its memory plan and instantiates the CPU
+// backend's kernel for every node. What opens is inspected and run once on zeros at the
+// profile's opt shapes. A tensoracle::Error is the expected refusal; anything else escaping, or
+// a sanitizer report, is a finding.
+//
+// Structure-aware: byte-level mutations of JSON mostly give text that does not parse, so the
+// custom mutator below parses the document and changes it as an attacker would — a number
+// becomes 0, -1, 2^31, 2^64 - 1, a neighbouring id or another number of the document; an array
+// loses, repeats or reorders elements; an object loses a key or takes another's value; a
+// string becomes one of the plan's vocabulary (layer, type and tactic names); a value is
+// nested a few or many levels deep. Byte-level mutation stays as one of the choices.
 //
 // Seeds are this network's own plan (they must name its constants):
 //   TENSORACLE_FUZZ_WRITE_SEEDS=/tmp/plan-seeds build/fuzz/fuzz/fuzz_engine_plan -runs=0
@@ -12,11 +20,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "nlohmann/json.hpp"
 #include "plan/plan.h"
 #include "tensoracle/builder.h"
@@ -120,13 +132,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  auto doc = nlohmann::json::parse(data, data + size, nullptr, false);
-  if (doc.is_discarded()) return 0;
+  const std::string text(reinterpret_cast<const char*>(data), size);
   std::vector<std::byte> bytes;
   try {
-    bytes = plan::write_engine_with(seed().plan, [&](nlohmann::json& j) { j = doc; });
-  } catch (const nlohmann::json::exception&) {
-    return 0;  // not a document the writer can store (e.g. invalid UTF-8 in a string)
+    bytes = plan::write_engine_text(seed().plan, text);
+  } catch (const Error&) {
+    return 0;  // not text the container can store as metadata (invalid UTF-8, say)
   }
   try {
     Engine e = Engine::deserialize(bytes);
@@ -137,4 +148,131 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // refused, with a message: what an engine file that says something wrong should get
   }
   return 0;
+}
+
+// ---- the structure-aware mutator -------------------------------------------------------
+
+extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, std::size_t max_size);
+
+namespace {
+
+using json = nlohmann::json;
+
+// Every value of the document, in order (pointers stay valid until the document changes).
+void collect(json& j, std::vector<json*>& all) {
+  all.push_back(&j);
+  if (j.is_structured())
+    for (auto& child : j) collect(child, all);
+}
+
+const std::vector<std::string>& vocabulary() {
+  static const std::vector<std::string> words = {
+      "matrix_multiply", "elementwise", "activation", "convolution", "pooling", "shuffle", "reduce", "softmax",
+      "concatenation", "slice", "gather", "plugin", "float32", "float16", "int8", "fp8", "int64", "bool", "input",
+      "output", "constant", "activation", "cpu.gemm.onednn", "cpu.gemm.openblas", "cpu.conv.onednn",
+      "cpu.conv.onednn.nhwc", "cpu.pooling.nhwc", "cpu.conv.im2col_gemm", "cuda.gemm.cublaslt.epilogue2", "SUM",
+      "RELU", "MAX", "value.0", "value.1", "x", "y", ""};
+  return words;
+}
+
+json interesting_number(std::mt19937_64& rng, const json& old) {
+  static const std::int64_t small[] = {0, -1, 1, 2, 3, 4, 5, 7, 8, 255, 256, 257, 4096, 65536};
+  static const std::int64_t large[] = {std::int64_t{1} << 31, (std::int64_t{1} << 31) - 1, std::int64_t{1} << 32,
+                                       std::int64_t{1} << 40, std::int64_t{1} << 62, INT64_MAX, INT64_MIN, 1000000000};
+  switch (rng() % 5) {
+    case 0: return small[rng() % std::size(small)];
+    case 1: return large[rng() % std::size(large)];
+    case 2: return ~std::uint64_t{0} - rng() % 512;  // wraps when rounded up or added to
+    case 3:
+      if (old.is_number_integer()) return old.get<std::int64_t>() + static_cast<std::int64_t>(rng() % 5) - 2;
+      return static_cast<std::int64_t>(rng() % 16);
+    default: return static_cast<double>(rng() % 1000) / 7.0;
+  }
+}
+
+// One structural change to the document; false when it found nothing to change.
+bool mutate(json& doc, std::mt19937_64& rng) {
+  std::vector<json*> all;
+  collect(doc, all);
+  json& target = *all[rng() % all.size()];
+  const json& donor = *all[rng() % all.size()];
+  switch (rng() % 8) {
+    case 0:  // a number
+      if (!target.is_number()) return false;
+      target = rng() % 4 == 0 && donor.is_number() ? donor : interesting_number(rng, target);
+      return true;
+    case 1:  // an array loses, repeats or swaps elements, or becomes empty
+      if (!target.is_array()) return false;
+      if (target.empty() || rng() % 5 == 0) {
+        target = target.empty() ? json::array({interesting_number(rng, 0)}) : json::array();
+      } else if (rng() % 3 == 0) {
+        target.erase(target.begin() + static_cast<std::ptrdiff_t>(rng() % target.size()));
+      } else if (rng() % 2 == 0) {
+        target.push_back(json(target[rng() % target.size()]));
+      } else {
+        std::swap(target[rng() % target.size()], target[rng() % target.size()]);
+      }
+      return true;
+    case 2:  // an object loses a key, or a key takes another value of the document
+      if (!target.is_object() || target.empty()) return false;
+      {
+        auto it = target.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(rng() % target.size()));
+        if (rng() % 2 == 0) target.erase(it);
+        else *it = json(donor);
+      }
+      return true;
+    case 3:  // a string
+      if (!target.is_string()) return false;
+      target = rng() % 3 == 0 && donor.is_string() ? donor : json(vocabulary()[rng() % vocabulary().size()]);
+      return true;
+    case 4:  // a value of another kind
+      if (&target == &doc) return false;
+      target = rng() % 2 == 0 ? json(nullptr) : json(donor);
+      return true;
+    case 5: {  // nesting, a few levels or far past any sane limit
+      if (&target == &doc) return false;
+      const int levels = rng() % 4 == 0 ? 100 + static_cast<int>(rng() % 2000) : 1 + static_cast<int>(rng() % 4);
+      json wrapped = json(target);
+      for (int i = 0; i < levels; ++i) wrapped = json::array({std::move(wrapped)});
+      target = std::move(wrapped);
+      return true;
+    }
+    case 6:  // an id-like field takes another id (nodes' inputs and outputs, values' producers)
+      if (!target.is_number_integer()) return false;
+      target = static_cast<std::int64_t>(rng() % 24) - 2;
+      return true;
+    default:  // a boolean flips
+      if (!target.is_boolean()) return false;
+      target = !target.get<bool>();
+      return true;
+  }
+}
+
+}  // namespace
+
+extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t size, std::size_t max_size,
+                                               unsigned int seed) {
+  std::mt19937_64 rng(seed);
+  if (rng() % 8 != 0) {
+    // The mutator walks and dumps the document recursively: only documents of bounded depth.
+    const std::string_view text(reinterpret_cast<const char*>(data), size);
+    auto doc = core::json_nesting_depth(text, 4000) >= 0 ? json::parse(text, nullptr, false) : json(json::value_t::discarded);
+    if (!doc.is_discarded() && doc.is_structured()) {
+      bool changed = false;
+      for (int tries = 0, n = 1 + static_cast<int>(rng() % 3); tries < 64 && n > 0; ++tries)
+        if (mutate(doc, rng)) {
+          changed = true;
+          --n;
+        }
+      if (changed) {
+        const std::string text = doc.dump();
+        if (text.size() <= max_size) {
+          std::memcpy(data, text.data(), text.size());
+          return text.size();
+        }
+      }
+    }
+  }
+  return LLVMFuzzerMutate(data, size, max_size);
 }
