@@ -54,6 +54,8 @@ struct ZipFileSpec {
   std::uint16_t method = 0;
   std::uint16_t flags = 0x0808;               // data descriptor + UTF-8, as torch
   std::optional<std::uint64_t> declared_size;  // central directory size (default: real)
+  std::optional<std::uint64_t> uncompressed_size;  // central directory's (default: declared_size)
+  std::optional<std::uint32_t> crc;                // central directory's (default: the data's)
   std::uint64_t hole = 0;  // zero bytes appended to the data (a sparse hole in write_zip_file)
 };
 
@@ -89,7 +91,7 @@ inline ZipPieces zip_pieces(const std::vector<ZipFileSpec>& files, const ZipOpti
   using detail::le;
   ZipPieces z;
   struct Written {
-    std::uint64_t offset, size;
+    std::uint64_t offset, size, usize;
     std::uint32_t crc;
   };
   std::vector<Written> written;
@@ -117,7 +119,7 @@ inline ZipPieces zip_pieces(const std::vector<ZipFileSpec>& files, const ZipOpti
     z.put(h);
     std::uint64_t size = f.data.size() + f.hole;
     if (f.hole) z.hole(f.hole);
-    std::uint32_t crc = f.hole ? 0 : crc32(f.data);
+    std::uint32_t crc = f.crc ? *f.crc : f.hole ? 0 : crc32(f.data);
     Bytes d;
     le(d, 0x08074b50, 4);
     le(d, crc, 4);
@@ -125,14 +127,14 @@ inline ZipPieces zip_pieces(const std::vector<ZipFileSpec>& files, const ZipOpti
     le(d, size, big ? 8 : 4);
     le(d, size, big ? 8 : 4);
     z.put(d);
-    written.push_back({offset, f.declared_size.value_or(size), crc});
+    written.push_back({offset, f.declared_size.value_or(size), f.uncompressed_size.value_or(f.declared_size.value_or(size)), crc});
   }
   std::uint64_t cd_offset = z.size;
   Bytes cd;
   for (std::size_t i = 0; i < files.size(); ++i) {
     const auto& f = files[i];
     const auto& w = written[i];
-    bool x = o.zip64_extras || w.size >= 0xFFFFFFFFu || w.offset >= 0xFFFFFFFFu;
+    bool x = o.zip64_extras || w.size >= 0xFFFFFFFFu || w.usize >= 0xFFFFFFFFu || w.offset >= 0xFFFFFFFFu;
     le(cd, 0x02014b50, 4);
     le(cd, 0x031e, 2);
     le(cd, 0x2d, 2);
@@ -140,8 +142,8 @@ inline ZipPieces zip_pieces(const std::vector<ZipFileSpec>& files, const ZipOpti
     le(cd, f.method, 2);
     le(cd, 0, 4);
     le(cd, w.crc, 4);
-    le(cd, x ? 0xFFFFFFFFu : w.size, 4);
-    le(cd, x ? 0xFFFFFFFFu : w.size, 4);
+    le(cd, x ? 0xFFFFFFFFu : w.size, 4);   // compressed
+    le(cd, x ? 0xFFFFFFFFu : w.usize, 4);  // uncompressed
     le(cd, f.name.size(), 2);
     le(cd, x ? 28 : 0, 2);
     le(cd, 0, 2);  // comment
@@ -153,7 +155,7 @@ inline ZipPieces zip_pieces(const std::vector<ZipFileSpec>& files, const ZipOpti
     if (x) {
       le(cd, 0x0001, 2);
       le(cd, 24, 2);
-      le(cd, w.size, 8);
+      le(cd, w.usize, 8);  // the zip64 field: uncompressed first
       le(cd, w.size, 8);
       le(cd, w.offset, 8);
     }

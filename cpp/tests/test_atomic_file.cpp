@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,4 +73,70 @@ TEST(AtomicFile, FailedWriteLeavesPreviousFileAndNoTemporary) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10: no error, 11: wrong errno or message, 12: other exception";
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(dir.names(), std::vector<std::string>{"model.safetensors"});
+}
+
+// Only a regular file is ever replaced: a FIFO, a directory, or a symbolic link (to a file or
+// to a device) at the destination is refused, before anything is written and again at commit,
+// with an IoError naming the path; the thing at the destination is left as it was.
+TEST(AtomicFile, RefusesToReplaceAnythingButARegularFile) {
+  TempDir dir;
+  std::vector<std::byte> b(16, std::byte{7});
+  auto refused = [&](const std::filesystem::path& p, int err, const char* kind) {
+    try {
+      AtomicFile f(p, "test");
+      f.write(b);
+      f.commit();
+      ADD_FAILURE() << p << " was replaced";
+    } catch (const tensoracle::IoError& e) {
+      EXPECT_EQ(e.errno_value(), err) << e.what();
+      EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(kind), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("only regular files"), std::string::npos) << e.what();
+    }
+  };
+  const auto fifo = dir.path / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  refused(fifo, EEXIST, "a FIFO");
+  EXPECT_EQ(std::filesystem::symlink_status(fifo).type(), std::filesystem::file_type::fifo);
+
+  std::filesystem::create_directory(dir.path / "folder");
+  refused(dir.path / "folder", EISDIR, "a directory");
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path / "folder"));
+
+  tensoracle::testing::write_bytes(dir.path / "target.bin", b);
+  std::filesystem::create_symlink("target.bin", dir.path / "link-to-file");
+  refused(dir.path / "link-to-file", EEXIST, "a symbolic link");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.path / "link-to-file"));
+
+  std::filesystem::create_symlink("/dev/null", dir.path / "link-to-null");
+  refused(dir.path / "link-to-null", EEXIST, "a symbolic link");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.path / "link-to-null"));
+
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"fifo", "folder", "link-to-file", "link-to-null", "target.bin"}))
+      << "a temporary file was left behind";
+}
+
+// The destination turns into a FIFO while the data is written: commit() refuses.
+TEST(AtomicFile, CommitChecksTheDestinationAgain) {
+  TempDir dir;
+  const auto p = dir.path / "out.bin";
+  AtomicFile f(p, "test");
+  std::vector<std::byte> b(16, std::byte{7});
+  f.write(b);
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  EXPECT_THROW(f.commit(), tensoracle::IoError);
+  EXPECT_EQ(std::filesystem::symlink_status(p).type(), std::filesystem::file_type::fifo);
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"out.bin"});
+}
+
+// A regular file is still replaced.
+TEST(AtomicFile, ReplacesARegularFile) {
+  TempDir dir;
+  const auto p = dir.path / "out.bin";
+  tensoracle::testing::write_bytes(p, std::vector<std::byte>(4, std::byte{1}));
+  AtomicFile f(p, "test");
+  std::vector<std::byte> b(16, std::byte{7});
+  f.write(b);
+  f.commit();
+  EXPECT_EQ(read_bytes(p), b);
 }

@@ -449,6 +449,31 @@ TEST_F(ConvertTest, OutputIsAtomicAndNotOverwrittenByDefault) {
   EXPECT_EQ(dir.names(), (std::vector<std::string>{"in.pth", "out.safetensors"}));
 }
 
+// overwrite (--force) replaces only a regular file: a FIFO or a symbolic link to a device
+// stays as it was, and the error names the path.
+TEST_F(ConvertTest, OverwriteReplacesOnlyRegularFiles) {
+  Pickle p;
+  p.proto(2).op('}').str("w").f32("0", {2}).op('s').stop();
+  CheckpointSpec s;
+  s.storages = {{"0", f32_storage(2)}};
+  write_bytes(in(), checkpoint_bytes(p, s));
+  ConvertOptions o;
+  o.overwrite = true;
+  ASSERT_EQ(::mkfifo(out().c_str(), 0600), 0);
+  try {
+    convert_pth(in(), out(), o);
+    ADD_FAILURE() << "replaced a FIFO";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(out().string() + ": exists and is a FIFO"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(std::filesystem::symlink_status(out()).type(), std::filesystem::file_type::fifo);
+  std::filesystem::remove(out());
+  std::filesystem::create_symlink("/dev/null", out());
+  EXPECT_THROW(convert_pth(in(), out(), o), IoError);
+  EXPECT_TRUE(std::filesystem::is_symlink(out()));
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"in.pth", "out.safetensors"}));
+}
+
 TEST_F(ConvertTest, ProgressIsReported) {
   Pickle p;
   p.proto(2).op('}').mark().str("a").f32("0", {1000}).str("b").tensor("FloatStorage", "0", 1000, 0, {10, 100}, {1, 10}).op('u').stop();

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -45,10 +46,17 @@ Bytes values(std::vector<T> v) {
   return testing::bytes_of_values(v);
 }
 
+// A File borrows its bytes and reads an array when asked: keep test images alive for good.
+npy::File parse_kept(Bytes b, const char* name) {
+  static std::deque<Bytes> kept;
+  kept.push_back(std::move(b));
+  return npy::File::parse_npy(kept.back(), name);
+}
+
 std::string error_of(const Bytes& b, bool zip = false) {
   try {
-    if (zip) npy::File::parse_npz(b, "t.npz");
-    else npy::File::parse_npy(b, "t.npy");
+    if (zip) npy::File::parse_npz(b, "t.npz").read_all();
+    else npy::File::parse_npy(b, "t.npy").read_all();
   } catch (const Error& e) {
     return e.what();
   }
@@ -58,8 +66,8 @@ std::string error_of(const Bytes& b, bool zip = false) {
 TEST(Npy, ReadsWhatNumpyWrites) {
   Bytes b = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", values<float>({1, 2, 3, 4, 5, 6}));
   npy::File f = npy::File::parse_npy(b, "x.npy");
-  ASSERT_EQ(f.arrays().size(), 1u);
-  const npy::Array& a = f.arrays()[0];
+  ASSERT_EQ(f.read_all().size(), 1u);
+  const npy::Array a = f.read(0);
   EXPECT_EQ(a.name, "");
   EXPECT_EQ(a.dtype, Dtype::F32);
   EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 3}));
@@ -83,22 +91,22 @@ TEST(Npy, EveryDtypeAndVersion) {
     for (int major : {1, 2, 3}) {
       Bytes data(static_cast<std::size_t>(c.size) * 3, std::byte{0});
       std::string dict = std::string("{'descr': '") + c.descr + "', 'fortran_order': False, 'shape': (3,), }";
-      npy::File f = npy::File::parse_npy(npy(dict, data, major), "x.npy");
-      EXPECT_EQ(f.arrays()[0].dtype, c.dtype) << c.descr;
-      EXPECT_EQ(f.arrays()[0].data.size(), data.size()) << c.descr;
+      npy::File f = parse_kept(npy(dict, data, major), "x.npy");
+      EXPECT_EQ(f.read_all()[0].dtype, c.dtype) << c.descr;
+      EXPECT_EQ(f.read_all()[0].data.size(), data.size()) << c.descr;
     }
   }
 }
 
 TEST(Npy, ShapesZeroDAndEmptyAndUnpadded) {
-  npy::File f = npy::File::parse_npy(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", values<double>({2.5})), "s");
-  EXPECT_TRUE(f.arrays()[0].shape.empty());
-  EXPECT_EQ(f.arrays()[0].data.size(), 8u);
-  f = npy::File::parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 5), }", {}), "e");
-  EXPECT_EQ(f.arrays()[0].shape, (std::vector<std::int64_t>{0, 5}));
+  npy::File f = parse_kept(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", values<double>({2.5})), "s");
+  EXPECT_TRUE(f.read_all()[0].shape.empty());
+  EXPECT_EQ(f.read_all()[0].data.size(), 8u);
+  f = parse_kept(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 5), }", {}), "e");
+  EXPECT_EQ(f.read_all()[0].shape, (std::vector<std::int64_t>{0, 5}));
   // Old writers padded to 16 bytes; key order and quotes vary; no trailing comma.
-  f = npy::File::parse_npy(npy("{\"shape\": (2,), \"fortran_order\": False, \"descr\": \"<i4\"}", values<std::int32_t>({1, 2}), 1, false), "o");
-  EXPECT_EQ(f.arrays()[0].dtype, Dtype::I32);
+  f = parse_kept(npy("{\"shape\": (2,), \"fortran_order\": False, \"descr\": \"<i4\"}", values<std::int32_t>({1, 2}), 1, false), "o");
+  EXPECT_EQ(f.read_all()[0].dtype, Dtype::I32);
 }
 
 TEST(Npy, FortranOrderIsTransposedToCOrder) {
@@ -106,16 +114,16 @@ TEST(Npy, FortranOrderIsTransposedToCOrder) {
   Bytes b = npy("{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3), }", values<std::int32_t>({1, 4, 2, 5, 3, 6}));
   npy::File f = npy::File::parse_npy(b, "f.npy");
   std::int32_t v[6];
-  std::memcpy(v, f.arrays()[0].data.data(), sizeof v);
+  std::memcpy(v, f.read_all()[0].data.data(), sizeof v);
   EXPECT_EQ(std::vector<std::int32_t>(v, v + 6), (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}));
   // 3-D: element (i, j, k) of shape (2, 2, 2) at Fortran offset i + 2j + 4k holds 100i + 10j + k.
   std::vector<std::int32_t> fortran(8);
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j)
       for (int k = 0; k < 2; ++k) fortran[static_cast<std::size_t>(i + 2 * j + 4 * k)] = 100 * i + 10 * j + k;
-  f = npy::File::parse_npy(npy("{'descr': '<i4', 'fortran_order': True, 'shape': (2, 2, 2), }", values(fortran)), "f3.npy");
+  f = parse_kept(npy("{'descr': '<i4', 'fortran_order': True, 'shape': (2, 2, 2), }", values(fortran)), "f3.npy");
   std::int32_t w[8];
-  std::memcpy(w, f.arrays()[0].data.data(), sizeof w);
+  std::memcpy(w, f.read_all()[0].data.data(), sizeof w);
   EXPECT_EQ(std::vector<std::int32_t>(w, w + 8), (std::vector<std::int32_t>{0, 1, 10, 11, 100, 101, 110, 111}));
 }
 
@@ -203,16 +211,17 @@ TEST(Npz, StoredAndDeflatedEntries) {
   Bytes a = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", values<float>({1, 2}));
   Bytes b = npy("{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", values<std::int64_t>({7, 8, 9}));
   testing::ZipFileSpec sa{"a.npy", a}, sb{"dir/b.npy", deflate(b), 8};
+  sb.uncompressed_size = b.size();
   Bytes zip = testing::zip_bytes({sa, sb});
   set_crcs(zip, {testing::crc32(a), testing::crc32(b)});
   npy::File f = npy::File::parse_npz(zip, "x.npz");
   EXPECT_TRUE(f.is_npz());
-  ASSERT_EQ(f.arrays().size(), 2u);
-  EXPECT_EQ(f.arrays()[0].name, "a");
-  EXPECT_EQ(f.arrays()[1].name, "dir/b");
-  EXPECT_EQ(f.arrays()[1].dtype, Dtype::I64);
+  ASSERT_EQ(f.read_all().size(), 2u);
+  EXPECT_EQ(f.read_all()[0].name, "a");
+  EXPECT_EQ(f.read_all()[1].name, "dir/b");
+  EXPECT_EQ(f.read_all()[1].dtype, Dtype::I64);
   std::int64_t v[3];
-  std::memcpy(v, f.arrays()[1].data.data(), sizeof v);
+  std::memcpy(v, f.read_all()[1].data.data(), sizeof v);
   EXPECT_EQ(v[2], 9);
 }
 
@@ -238,12 +247,99 @@ TEST(Npz, DamagedArchivesAreFormatErrors) {
   // The zip reader's own errors are reported as the .npz's.
   std::string e = error_of(to_bytes("PK\x03\x04 not really a zip"), true);
   EXPECT_EQ(e.rfind("[npz] t.npz: zip: ", 0), 0u) << e;
-  // A deflated entry whose header claims more data than the entry inflates to.
-  Bytes huge = npy("{'descr': '|u1', 'fortran_order': False, 'shape': (4000000000,), }", Bytes(1 << 20, std::byte{0}));
-  zip = testing::zip_bytes({{"a.npy", deflate(huge), 8}});
-  set_crcs(zip, {testing::crc32(huge)});
-  e = error_of(zip, true);
-  EXPECT_NE(e.find("data is 1048576 bytes; shape and dtype need 4000000000"), std::string::npos) << e;
+}
+
+// A header declaring an absurd shape is a FormatError naming the file and entry, found before
+// any memory is taken for the shape: the directory's size disagrees with the header, or (where
+// the directory agrees with it) exceeds what deflate can make of the entry's bytes.
+TEST(Npz, AbsurdShapesAreFormatErrorsBeforeAnyAllocation) {
+  Bytes huge = npy("{'descr': '|u1', 'fortran_order': False, 'shape': (4000000000000,), }", Bytes(1 << 20, std::byte{0}));
+  testing::ZipFileSpec e{"a.npy", deflate(huge), 8};
+  e.uncompressed_size = huge.size();
+  e.crc = testing::crc32(huge);
+  std::string m = error_of(testing::zip_bytes({e}), true);
+  EXPECT_NE(m.find("[npz] t.npz: entry 'a.npy': its .npy header needs 128 + 4000000000000 bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("the zip directory declares 1048704 bytes"), std::string::npos) << m;
+  e.uncompressed_size = 128 + 4000000000000;
+  m = error_of(testing::zip_bytes({e}), true);
+  EXPECT_NE(m.find("[npz] t.npz: entry 'a.npy': declares 4000000000128 bytes inflated from"), std::string::npos) << m;
+  EXPECT_NE(m.find("more than deflate can expand (1032:1)"), std::string::npos) << m;
+}
+
+// The declared size is the size: an entry that inflates to less, or whose stream goes on past
+// it, is refused; inflation stops one byte past the declared size.
+TEST(Npz, DeclaredSizesAreEnforced) {
+  Bytes a = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", values<float>({1, 2}));
+  Bytes longer = a;
+  longer.resize(a.size() + 4096, std::byte{0});
+  testing::ZipFileSpec e{"a.npy", deflate(longer), 8};
+  e.uncompressed_size = a.size();
+  e.crc = testing::crc32(a);
+  std::string m = error_of(testing::zip_bytes({e}), true);
+  EXPECT_NE(m.find("entry 'a.npy': inflates beyond its declared size of " + std::to_string(a.size()) + " bytes"),
+            std::string::npos) << m;
+  e = {"a.npy", deflate(a), 8};
+  e.uncompressed_size = a.size() + 8;
+  e.crc = testing::crc32(a);
+  m = error_of(testing::zip_bytes({e}), true);
+  EXPECT_NE(m.find("entry 'a.npy': inflates to " + std::to_string(a.size()) + " bytes, but the zip directory declares " +
+                   std::to_string(a.size() + 8)), std::string::npos) << m;
+  Bytes b = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", values<float>({1, 2}));  // 4 bytes short
+  e = {"a.npy", deflate(b), 8};
+  e.uncompressed_size = b.size();
+  e.crc = testing::crc32(b);
+  m = error_of(testing::zip_bytes({e}), true);
+  EXPECT_NE(m.find("entry 'a.npy': its .npy header needs " + std::to_string(a.size() - 8) + " + 12 bytes"), std::string::npos) << m;
+  e.uncompressed_size = 30;
+  m = error_of(testing::zip_bytes({e}), true);
+  EXPECT_NE(m.find("entry 'a.npy': header length " + std::to_string(a.size() - 8 - 10) + " passes the end of the 30-byte file"),
+            std::string::npos) << m;
+}
+
+// The compressed entries' declared sizes add up to at most Limits::max_inflated_bytes, checked
+// when the archive is opened; stored entries (read in place) do not count.
+TEST(Npz, TheTotalInflatedSizeIsCapped) {
+  Bytes a = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (256,), }", Bytes(1024, std::byte{0}));
+  testing::ZipFileSpec d1{"a.npy", deflate(a), 8}, d2{"b.npy", deflate(a), 8}, stored{"c.npy", a};
+  d1.uncompressed_size = d2.uncompressed_size = a.size();
+  d1.crc = d2.crc = testing::crc32(a);
+  Bytes zip = testing::zip_bytes({d1, stored, d2});
+  npy::Limits limits;
+  limits.max_inflated_bytes = 2 * a.size() - 1;
+  try {
+    npy::File::parse_npz(zip, "t.npz", limits);
+    ADD_FAILURE() << "no error";
+  } catch (const FormatError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[npz] t.npz: its compressed arrays inflate to more than the limit of " +
+                     std::to_string(2 * a.size() - 1) + " bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("reached at entry 'b.npy'"), std::string::npos) << m;
+    EXPECT_NE(m.find("--max-inflated"), std::string::npos) << m;
+  }
+  limits.max_inflated_bytes = 2 * a.size();
+  EXPECT_EQ(npy::File::parse_npz(zip, "t.npz", limits).read_all().size(), 3u);
+}
+
+// Arrays are read one at a time, each owning what it inflated: names are known at once, a
+// damaged entry fails only when read, and an array outlives the File it came from.
+TEST(Npz, ArraysAreReadOneAtATime) {
+  Bytes a = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", values<float>({1, 2}));
+  testing::ZipFileSpec good{"a.npy", deflate(a), 8}, bad{"b.npy", a};
+  good.uncompressed_size = a.size();
+  good.crc = testing::crc32(a);
+  bad.crc = testing::crc32(a) ^ 1;
+  Bytes zip = testing::zip_bytes({good, bad});
+  npy::Array first;
+  {
+    npy::File f = npy::File::parse_npz(zip, "t.npz");
+    EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b"}));
+    first = f.read(0);
+    EXPECT_THROW(f.read(1), FormatError);
+  }
+  ASSERT_NE(first.owner, nullptr);
+  float v[2];
+  std::memcpy(v, first.data.data(), sizeof v);
+  EXPECT_EQ(v[1], 2.0f);
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // built beside this test: the example (RMSNorm), tests/plugins/test_plugins.cpp and two C
 // libraries (no getCreators; wrong ABI versions).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <cmath>
 #include <cstdio>
@@ -31,6 +34,7 @@ namespace {
 
 const fs::path kExample = TENSORACLE_EXAMPLE_PLUGINS;
 const fs::path kTests = TENSORACLE_TEST_PLUGINS;
+const fs::path kRewritten = TENSORACLE_TEST_PLUGINS_REWRITTEN;  // loaded by one test only
 const fs::path kNoCreators = TENSORACLE_TEST_PLUGIN_NO_CREATORS;
 const fs::path kBadCreatorAbi = TENSORACLE_TEST_PLUGIN_BAD_CREATOR_ABI;
 const fs::path kBadPluginAbi = TENSORACLE_TEST_PLUGIN_BAD_PLUGIN_ABI;
@@ -202,6 +206,42 @@ TEST_F(Plugins, ALibraryChangedOnDiskAfterLoadingIsRefused) {
   fs::rename(tmp.path / "next.so", lib2);
   m = message_of<PluginLibraryError>([&] { load_plugin_library(lib2); });
   EXPECT_HAS(m, "changed on disk after it was loaded");
+}
+
+// A library rewritten in place after loading (`cp new.so lib.so`: the same inode, truncated and
+// written; here with int3 bytes) must not change the code the process runs: its plugins keep
+// working and the process exits normally. In a child process, so that a crash is seen as one.
+TEST_F(Plugins, ALibraryRewrittenInPlaceAfterLoadingKeepsRunning) {
+  const fs::path lib = tmp.path / "librewritten.so";
+  fs::copy_file(kRewritten, lib);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    try {
+      const auto start = std::chrono::steady_clock::now();
+      load_plugin_library(lib);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "loaded %s (%ju bytes) in %.2f ms\n", lib.c_str(), static_cast<std::uintmax_t>(fs::file_size(lib)), ms);
+      {
+        std::ofstream f(lib, std::ios::binary | std::ios::trunc);
+        f << std::string(static_cast<std::size_t>(fs::file_size(kRewritten)), '\xCC');
+      }
+      Network net;
+      Tensor* x = net.add_input("x", DataType::kFLOAT, {2, 3});
+      PluginLayer* layer = net.add_plugin("MinMax", "1", {x}, {}, "tensoracle.tests.rewritten");
+      if (layer->num_outputs() != 2 || layer->get_output(0)->dims() != Dims{2, 1}) code = 20;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      code = 21;
+    }
+    std::exit(code);  // a normal exit: static destructors and the library's finalizers run
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "the child died of signal " << WTERMSIG(status);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "20: wrong output dims, 21: an exception (printed above)";
 }
 
 // ---- plugin layers in a network ------------------------------------------------------------

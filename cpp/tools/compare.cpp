@@ -27,14 +27,30 @@ namespace {
 namespace st = tensoracle::safetensors;
 
 // The arrays of one file, by name; `named` is false for a .npy file (one unnamed array).
+// Arrays are read one at a time (load): an .npz's compressed arrays are inflated only while
+// they are compared, so at most one array of each file is held at once.
 struct Tensors {
   std::string path;
   bool named = true;
-  std::vector<std::pair<std::string, ArrayView>> arrays;
+  std::vector<std::string> names;
   std::variant<std::monostate, npy::File, st::File> holder;  // keeps the bytes alive
+
+  struct Loaded {
+    ArrayView view;
+    std::shared_ptr<const void> owner;  // what an .npz entry inflated to (freed when dropped)
+  };
+  Loaded load(std::size_t i) const {
+    if (const auto* f = std::get_if<npy::File>(&holder)) {
+      npy::Array a = f->read(i);
+      return {ArrayView{a.data.data(), a.dtype, a.shape}, std::move(a.owner)};
+    }
+    const st::File& f = std::get<st::File>(holder);
+    const st::TensorInfo& info = f.tensors().at(i);
+    return {ArrayView{f.view(info).bytes().data(), info.dtype, info.shape}, nullptr};
+  }
 };
 
-Tensors open_tensors(const std::string& path) {
+Tensors open_tensors(const std::string& path, const npy::Limits& limits) {
   Tensors t;
   t.path = path;
   std::byte head[8] = {};
@@ -44,14 +60,13 @@ Tensors open_tensors(const std::string& path) {
   }
   std::span<const std::byte> first(head, sizeof head);
   if (npy::looks_like_npy(first) || npy::looks_like_zip(first)) {
-    npy::File f = npy::File::open(path);
+    npy::File f = npy::File::open(path, limits);
     t.named = f.is_npz();
-    for (const npy::Array& a : f.arrays()) t.arrays.emplace_back(a.name, ArrayView{a.data.data(), a.dtype, a.shape});
+    t.names = f.names();
     t.holder = std::move(f);
   } else {  // safetensors has no magic: its parser says what is wrong with anything else
     st::File f = st::File::open(path);
-    for (const st::TensorInfo& info : f.tensors())
-      t.arrays.emplace_back(info.name, ArrayView{f.view(info).bytes().data(), info.dtype, info.shape});
+    for (const st::TensorInfo& info : f.tensors()) t.names.push_back(info.name);
     t.holder = std::move(f);
   }
   return t;
@@ -59,7 +74,7 @@ Tensors open_tensors(const std::string& path) {
 
 struct Pair {
   std::string name;  // empty for two .npy files
-  ArrayView candidate, reference;
+  std::size_t candidate = 0, reference = 0;  // indices into the files' names
 };
 
 std::string name_list(const std::vector<std::string>& names) {
@@ -74,26 +89,26 @@ std::vector<Pair> pair_up(const Tensors& c, const Tensors& r) {
   std::vector<Pair> pairs;
   if (!c.named || !r.named) {
     const Tensors& named = c.named ? c : r;
-    if (named.named && named.arrays.size() != 1)
+    if (named.named && named.names.size() != 1)
       throw InvalidArgument(fmt::format(
           "[compare] {} holds one unnamed array but {} holds {} tensors: compare it with a file of one "
           "tensor, or save both as .npz or .safetensors with matching names",
-          (c.named ? r : c).path, named.path, named.arrays.size()));
-    const std::string& name = named.named ? named.arrays[0].first : std::string();
-    pairs.push_back({name, c.arrays.at(0).second, r.arrays.at(0).second});
+          (c.named ? r : c).path, named.path, named.names.size()));
+    pairs.push_back({named.named ? named.names[0] : std::string(), 0, 0});
     return pairs;
   }
-  std::map<std::string, const ArrayView*> in_r;
-  for (const auto& [name, view] : r.arrays) in_r.emplace(name, &view);
+  std::map<std::string, std::size_t> in_r;
+  for (std::size_t i = 0; i < r.names.size(); ++i) in_r.emplace(r.names[i], i);
   std::set<std::string> in_c;
   std::vector<std::string> only_c, only_r;
-  for (const auto& [name, view] : c.arrays) {
+  for (std::size_t i = 0; i < c.names.size(); ++i) {
+    const std::string& name = c.names[i];
     in_c.insert(name);
     auto it = in_r.find(name);
     if (it == in_r.end()) only_c.push_back(name);
-    else pairs.push_back({name, view, *it->second});
+    else pairs.push_back({name, i, it->second});
   }
-  for (const auto& [name, view] : r.arrays)
+  for (const std::string& name : r.names)
     if (!in_c.count(name)) only_r.push_back(name);
   if (!only_c.empty() || !only_r.empty()) {
     std::string what = "[compare] the files hold different tensors:";
@@ -209,27 +224,27 @@ void print_text(const std::string& cpath, const std::string& rpath, const std::o
                name_list(failed));
 }
 
+// The plot's panel of one pair (while its arrays are loaded).
+PlotPanel plot_panel(const Pair& pair, const ArrayView& candidate, const ArrayView& reference,
+                     const OutputComparison& c, const std::optional<double>& atol, const std::optional<double>& rtol) {
+  PlotPanel p;
+  p.title = fmt::format("{} — {} {}, {} elements", pair.name.empty() ? "array" : "tensor " + core::quote_name(pair.name),
+                        numpy_name(c.dtype), shape_text(c.shape), c.element_count);
+  p.distribution = error_distribution(candidate, reference, 40, 2000,
+                                      pair.name.empty() ? std::string() : "tensor " + core::quote_name(pair.name));
+  p.atol = atol;
+  p.rtol = rtol;
+  p.summary = fmt::format("max |c - r| {}, relative L2 {}, cosine {}, non-finite {}/{}", opt(c.max_absolute_error),
+                          opt(c.relative_l2_error), opt(c.cosine_similarity), c.candidate_nonfinite_count,
+                          c.reference_nonfinite_count);
+  if (c.outside_tolerance_count) p.summary += fmt::format(", outside tolerance {}", *c.outside_tolerance_count);
+  if (p.distribution.nonfinite_pairs)
+    p.summary += fmt::format(" ({} pairs with a non-finite value not plotted)", p.distribution.nonfinite_pairs);
+  return p;
+}
+
 void write_plot(const std::string& file, const std::string& cpath, const std::string& rpath,
-                const std::optional<double>& atol, const std::optional<double>& rtol,
-                const std::vector<Pair>& pairs, const std::vector<OutputComparison>& results) {
-  std::vector<PlotPanel> panels;
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    const OutputComparison& c = results[i];
-    PlotPanel p;
-    p.title = fmt::format("{} — {} {}, {} elements", pairs[i].name.empty() ? "array" : "tensor " + core::quote_name(pairs[i].name),
-                          numpy_name(c.dtype), shape_text(c.shape), c.element_count);
-    p.distribution = error_distribution(pairs[i].candidate, pairs[i].reference, 40, 2000,
-                                        pairs[i].name.empty() ? std::string() : "tensor " + core::quote_name(pairs[i].name));
-    p.atol = atol;
-    p.rtol = rtol;
-    p.summary = fmt::format("max |c - r| {}, relative L2 {}, cosine {}, non-finite {}/{}", opt(c.max_absolute_error),
-                            opt(c.relative_l2_error), opt(c.cosine_similarity), c.candidate_nonfinite_count,
-                            c.reference_nonfinite_count);
-    if (c.outside_tolerance_count) p.summary += fmt::format(", outside tolerance {}", *c.outside_tolerance_count);
-    if (p.distribution.nonfinite_pairs)
-      p.summary += fmt::format(" ({} pairs with a non-finite value not plotted)", p.distribution.nonfinite_pairs);
-    panels.push_back(std::move(p));
-  }
+                const std::vector<PlotPanel>& panels) {
   std::string svg = error_plot_svg(fmt::format("candidate {} vs reference {}", cpath, rpath), panels);
   core::AtomicFile out(file, "compare");
   out.write(std::as_bytes(std::span(svg)));
@@ -251,6 +266,7 @@ Command add_compare(CLI::App& app) {
   auto rtol = std::make_shared<std::optional<double>>();
   auto json = std::make_shared<bool>(false);
   auto plot = std::make_shared<std::string>();
+  auto limits = std::make_shared<npy::Limits>();
   sub->add_option("CANDIDATE", *candidate, "the outputs under test (e.g. the bf16 engine's)")->required();
   sub->add_option("REFERENCE", *reference, "the accepted outputs (e.g. the fp32 engine's)")->required();
   sub->add_option_function<double>("--atol", [atol](double v) { *atol = v; }, "absolute tolerance (>= 0)")
@@ -260,25 +276,34 @@ Command add_compare(CLI::App& app) {
   sub->add_flag("--json", *json, "print JSON instead of a table");
   sub->add_option("--plot", *plot, "write an SVG plot: histogram of |c - r| and |c - r| against |r|")
       ->type_name("FILE.svg");
+  sub->add_option("--max-inflated", limits->max_inflated_bytes,
+                  fmt::format("the most the compressed arrays of one .npz (np.savez_compressed) may inflate to, "
+                              "in all (default {} GiB; units: KiB, MiB, GiB, ...)",
+                              npy::kDefaultMaxInflatedBytes >> 30))
+      ->type_name("SIZE")
+      ->transform(CLI::AsSizeValue(false));
 
   return [=]() -> int {
     if (atol->has_value() != rtol->has_value())
       throw InvalidArgument(fmt::format("[compare] --{} without --{}: give both (--rtol 0 for an absolute "
                                         "bound, --atol 0 for a relative one)",
                                         *atol ? "atol" : "rtol", *atol ? "rtol" : "atol"));
-    Tensors c = open_tensors(*candidate), r = open_tensors(*reference);
+    Tensors c = open_tensors(*candidate, *limits), r = open_tensors(*reference, *limits);
     std::vector<Pair> pairs = pair_up(c, r);
     std::vector<OutputComparison> results;
-    for (const Pair& p : pairs) {
+    std::vector<PlotPanel> panels;
+    for (const Pair& p : pairs) {  // one pair of arrays in memory at a time
+      const Tensors::Loaded a = c.load(p.candidate), b = r.load(p.reference);
       CompareOptions o;
       o.atol = *atol;
       o.rtol = *rtol;
       // Errors name both files and the tensor: "[compare] c.npz vs r.npz, tensor 'x': ...".
       o.label = fmt::format("{} vs {}{}", *candidate, *reference,
                             p.name.empty() ? std::string() : ", tensor " + core::quote_name(p.name));
-      results.push_back(compare_outputs(p.candidate, p.reference, o));
+      results.push_back(compare_outputs(a.view, b.view, o));
+      if (!plot->empty()) panels.push_back(plot_panel(p, a.view, b.view, results.back(), *atol, *rtol));
     }
-    if (!plot->empty()) write_plot(*plot, *candidate, *reference, *atol, *rtol, pairs, results);
+    if (!plot->empty()) write_plot(*plot, *candidate, *reference, panels);
     if (*json) print_json(*candidate, *reference, *atol, *rtol, pairs, results, *plot);
     else print_text(*candidate, *reference, *atol, *rtol, pairs, results, *plot);
     if (!(*atol && *rtol)) return 0;

@@ -1,9 +1,11 @@
 // tensoracle — command-line front end. Errors print "error: <message>" on stderr; the exit
-// code is 2 for bad input or usage, 1 for a failed check, 0 otherwise.
+// code is 2 for bad input or usage (out of memory included), 1 for a failed check, 0 otherwise;
+// 3 for an internal error (a bug).
 #include <fmt/core.h>
 
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "tensoracle/errors.h"
 #include "tools/commands.h"
@@ -41,6 +43,12 @@ int main(int argc, char** argv) {
       if (sub->parsed()) return run();
   } catch (const tensoracle::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // Memory runs out where an input asks for more than the machine has: bad input, not a bug
+    // (the readers name the file and array where they can; this is the last resort).
+    fmt::print(stderr, "error: out of memory: the inputs need more memory than this process can get "
+                       "(free memory, raise the process's limits, or use smaller inputs)\n");
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: internal: {}\n", e.what());

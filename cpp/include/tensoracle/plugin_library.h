@@ -12,7 +12,10 @@
 //
 // Loading: the file must exist and be a readable regular file; its bytes are hashed
 // (XXH3-128: the digest that open_engine puts in the engine's identity), then it is opened with
-// dlopen(RTLD_NOW | RTLD_LOCAL), getCreators is looked up and every creator's ABI version
+// dlopen(RTLD_NOW | RTLD_LOCAL) — from a sealed in-memory copy of those bytes (memfd), so that
+// rewriting the file in place later (`cp new.so lib.so`) cannot change the code this process
+// runs (a library whose bytes mention $ORIGIN is opened from its file, so that $ORIGIN names
+// its folder; so is any library where memfds are unavailable); getCreators is looked up and every creator's ABI version
 // checked, and its creators are registered under (namespace, name, version). Libraries stay
 // loaded until the process exits. Loading a library again — the same file, or another file with
 // the same bytes — registers nothing new. A library whose file changed on disk since it was

@@ -229,6 +229,7 @@ ZipArchive ZipArchive::parse(std::span<const std::byte> bytes, std::string displ
              " differs from its size " + num(s.usize));
     e.header_offset = s.offset;
     e.size = s.csize;
+    e.uncompressed_size = s.usize;
     e.method = method;
     e.crc32 = crc;
     p += kCentralSize + n + m + k;

@@ -27,6 +27,7 @@ struct ZipEntry {
   std::uint64_t header_offset = 0;  // local file header
   std::uint64_t data_offset = 0;    // first byte of the entry's data
   std::uint64_t size = 0;           // bytes in the archive (compressed size)
+  std::uint64_t uncompressed_size = 0;  // as the central directory says (= size when stored)
   std::uint16_t method = 0;         // 0: stored, the data is the record's content
   std::uint32_t crc32 = 0;          // as the central directory says (not verified)
   bool zip64 = false;               // the central directory entry has a zip64 extra field

@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,7 +30,26 @@ std::filesystem::path folder_of(const std::filesystem::path& p) {
   return parent.empty() ? std::filesystem::path(".") : parent;
 }
 
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
+
+void AtomicFile::check_replaceable() const {
+  struct stat st {};
+  if (::lstat(dest_.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;  // absent (or unreadable: open says why)
+  throw IoError("[" + component_ + "] " + dest_.string() + ": exists and is " + kind_of(st.st_mode) +
+                    "; tensoracle replaces only regular files (a symbolic link is neither followed nor replaced): "
+                    "remove it or write to another path",
+                S_ISDIR(st.st_mode) ? EISDIR : EEXIST, dest_.string());
+}
 
 std::string AtomicFile::temporary_prefix(const std::filesystem::path& destination) {
   return "." + destination.filename().string() + ".tmp-";
@@ -40,6 +60,7 @@ AtomicFile::AtomicFile(std::filesystem::path destination, std::string component)
   if (dest_.filename().empty())
     throw IoError("[" + component_ + "] " + dest_.string() + ": not a file name", EISDIR,
                   dest_.string());
+  check_replaceable();
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
     temp_ = folder_of(dest_) / (temporary_prefix(dest_) + std::to_string(::getpid()) + "-" +
                                 random_suffix());
@@ -118,6 +139,12 @@ void AtomicFile::commit(Replace replace) {
   fd_ = -1;
   if (::close(fd) != 0) fail("cannot close", errno);
   if (replace == Replace::kYes) {
+    try {
+      check_replaceable();  // again: the destination may have changed while the data was written
+    } catch (...) {
+      discard();
+      throw;
+    }
     if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename the temporary file into place", errno);
   } else {
 #ifdef RENAME_NOREPLACE

@@ -3,6 +3,12 @@
 // folder fsync'ed. Until commit() succeeds the destination is untouched; if the writer is
 // destroyed without commit() (an exception, say) the temporary file is removed.
 //
+// Only a regular file is ever replaced: when the destination exists and is anything else — a
+// directory, a device such as /dev/null, a FIFO, a socket, or a symbolic link (not followed:
+// replacing the link would silently detach it from its target) — the constructor and commit()
+// throw IoError (EISDIR for a directory, else EEXIST) naming the path. Every writer (engine
+// saves in the cache, safetensors, convert, compare --plot, cubin) goes through here.
+//
 //   AtomicFile out(path, "safetensors");
 //   out.write(bytes);          // throws IoError (e.g. ENOSPC, EFBIG) naming the destination
 //   out.commit();
@@ -43,6 +49,7 @@ class AtomicFile {
 
  private:
   [[noreturn]] void fail(const std::string& what, int err);
+  void check_replaceable() const;  // IoError unless dest_ is absent or a regular file
   void discard() noexcept;
 
   std::filesystem::path dest_;

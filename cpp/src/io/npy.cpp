@@ -7,6 +7,9 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <new>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -198,9 +201,7 @@ Dtype parse_descr(const std::string& descr, const std::string& where) {
 }
 
 // C order from Fortran order: element (i0, ..., ik) sits at Σ i_j · Π_{m<j} shape_m.
-std::shared_ptr<std::byte[]> to_c_order(std::span<const std::byte> data, const std::vector<i64>& shape,
-                                        std::size_t elem) {
-  auto out = std::shared_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(data.size(), 1)]);
+void to_c_order(std::span<const std::byte> data, const std::vector<i64>& shape, std::size_t elem, std::byte* out) {
   const int rank = static_cast<int>(shape.size());
   std::vector<i64> f_stride(shape.size()), index(shape.size(), 0);
   i64 s = 1;
@@ -211,7 +212,7 @@ std::shared_ptr<std::byte[]> to_c_order(std::span<const std::byte> data, const s
   const i64 n = s;
   i64 src = 0;
   for (i64 k = 0; k < n; ++k) {
-    std::memcpy(out.get() + k * elem, data.data() + src * elem, elem);
+    std::memcpy(out + k * elem, data.data() + src * elem, elem);
     for (int j = rank - 1; j >= 0; --j) {  // advance the C-order index; keep src in step
       if (++index[j] < shape[j]) {
         src += f_stride[j];
@@ -221,16 +222,22 @@ std::shared_ptr<std::byte[]> to_c_order(std::span<const std::byte> data, const s
       index[j] = 0;
     }
   }
-  return out;
 }
 
-struct Parsed {
-  Array array;
-  std::shared_ptr<std::byte[]> owned;  // set when the data had to be reordered
+// Where the data of a .npy image lies, from its preamble and header alone.
+struct Layout {
+  Dtype dtype{};
+  std::vector<i64> shape;
+  bool fortran_order = false;
+  std::uint64_t count = 0;        // elements
+  std::uint64_t elem = 0;         // bytes per element
+  std::uint64_t data_offset = 0;  // preamble + header
+  std::uint64_t data_bytes = 0;   // count × elem
 };
 
-// One .npy image. `where` prefixes messages ("[npy] FILE: ").
-Parsed parse_one(std::span<const std::byte> b, const std::string& where) {
+// Parses the preamble and header at the start of `b`, which must hold them (it may hold only a
+// prefix of the image). `where` prefixes messages ("[npy] FILE: ").
+Layout parse_layout(std::span<const std::byte> b, const std::string& where) {
   auto fail = [&](const std::string& what) -> void { throw FormatError(where + what); };
   if (!looks_like_npy(b)) fail("not a .npy file (it does not start with \\x93NUMPY)");
   if (b.size() < 10) fail("truncated in the preamble (" + std::to_string(b.size()) + " bytes)");
@@ -263,26 +270,59 @@ Parsed parse_one(std::span<const std::byte> b, const std::string& where) {
   if (text.find('\0') != std::string_view::npos) fail("header holds a NUL byte");
   Header h = HeaderParser(text, where).parse();
 
-  Parsed out;
-  Array& a = out.array;
-  a.dtype = parse_descr(h.descr, where);
-  a.shape = h.shape;
-  std::uint64_t n = 1;
-  for (i64 d : h.shape)
-    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) fail("shape's element count overflows");
-  const std::uint64_t elem = static_cast<std::uint64_t>(safetensors::dtype_bits(a.dtype) / 8);
-  std::uint64_t bytes;
-  if (__builtin_mul_overflow(n, elem, &bytes)) fail("shape's byte count overflows");
-  const std::uint64_t have = b.size() - start - header_len;
-  if (have != bytes)
-    fail("data is " + std::to_string(have) + " bytes; shape and dtype need " + std::to_string(bytes) +
-         (have < bytes ? " (truncated?)" : ""));
-  a.data = b.subspan(start + header_len);
-  if (h.fortran_order && h.shape.size() > 1 && n > 1) {
-    out.owned = to_c_order(a.data, a.shape, elem);
-    a.data = {out.owned.get(), a.data.size()};
+  Layout l;
+  l.dtype = parse_descr(h.descr, where);
+  l.shape = std::move(h.shape);
+  l.fortran_order = h.fortran_order;
+  l.count = 1;
+  for (i64 d : l.shape)
+    if (__builtin_mul_overflow(l.count, static_cast<std::uint64_t>(d), &l.count)) fail("shape's element count overflows");
+  l.elem = static_cast<std::uint64_t>(safetensors::dtype_bits(l.dtype) / 8);
+  if (__builtin_mul_overflow(l.count, l.elem, &l.data_bytes)) fail("shape's byte count overflows");
+  l.data_offset = start + header_len;
+  return l;
+}
+
+// " (1.5 GiB)", " (12.0 MiB)" after a byte count; nothing below 1 MiB.
+std::string gib(std::uint64_t n) {
+  if (n < (1u << 20)) return "";
+  char b[32];
+  if (n >= (1u << 30)) std::snprintf(b, sizeof b, " (%.1f GiB)", static_cast<double>(n) / static_cast<double>(1u << 30));
+  else std::snprintf(b, sizeof b, " (%.1f MiB)", static_cast<double>(n) / static_cast<double>(1u << 20));
+  return b;
+}
+
+// Memory for `n` bytes of array data; IoError ENOMEM naming the array when the system refuses.
+std::shared_ptr<std::byte[]> allocate(std::uint64_t n, const std::string& where, const std::string& file) {
+  try {
+    if (n > std::numeric_limits<std::size_t>::max()) throw std::bad_alloc();
+    return std::shared_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(static_cast<std::size_t>(n), 1)]);
+  } catch (const std::bad_alloc&) {
+    throw IoError(where + "cannot allocate " + std::to_string(n) + " bytes" + gib(n) +
+                      " for this array: out of memory (free memory, or compare smaller files)",
+                  ENOMEM, file);
   }
-  return out;
+}
+
+// One whole .npy image. `where` prefixes messages ("[npy] FILE: "). The data is borrowed from
+// `b` unless it had to be transposed: then `owned` holds it.
+Array parse_one(std::span<const std::byte> b, const std::string& where, const std::string& file,
+                std::shared_ptr<std::byte[]>& owned) {
+  Layout l = parse_layout(b, where);
+  const std::uint64_t have = b.size() - l.data_offset;
+  if (have != l.data_bytes)
+    throw FormatError(where + "data is " + std::to_string(have) + " bytes; shape and dtype need " +
+                      std::to_string(l.data_bytes) + (have < l.data_bytes ? " (truncated?)" : ""));
+  Array a;
+  a.dtype = l.dtype;
+  a.shape = std::move(l.shape);
+  a.data = b.subspan(static_cast<std::size_t>(l.data_offset));
+  if (l.fortran_order && a.shape.size() > 1 && l.count > 1) {
+    owned = allocate(a.data.size(), where, file);
+    to_c_order(a.data, a.shape, static_cast<std::size_t>(l.elem), owned.get());
+    a.data = {owned.get(), a.data.size()};
+  }
+  return a;
 }
 
 // ---- .npz -------------------------------------------------------------------------------------
@@ -306,46 +346,81 @@ auto with_npz_messages(F&& f) {
   }
 }
 
-// Inflates a raw deflate stream that must hold a whole .npy image.
-std::shared_ptr<std::byte[]> inflate_entry(std::span<const std::byte> in, const std::string& where,
-                                           std::size_t& out_size) {
-  // Deflate expands at most ~1032:1 (a 258-byte match per 2 bits): more is malformed input.
-  const std::uint64_t bound = static_cast<std::uint64_t>(in.size()) * 1032 + 1024;
-  std::vector<std::byte> out;
-  out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(bound, std::max<std::uint64_t>(in.size() * 4, 1 << 16))));
-  z_stream z{};
-  if (inflateInit2(&z, -MAX_WBITS) != Z_OK) throw FormatError(where + "zlib could not start inflating");
-  struct End {
-    z_stream* z;
-    ~End() { inflateEnd(z); }
-  } end{&z};
-  std::size_t in_done = 0, produced = 0;
-  for (;;) {
-    const std::size_t step = std::numeric_limits<uInt>::max();
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in.data() + in_done));
-    z.avail_in = static_cast<uInt>(std::min(in.size() - in_done, step));
-    if (produced == out.size()) {
-      if (out.size() >= bound) throw FormatError(where + "inflates past " + std::to_string(bound) + " bytes, more than its compressed size allows");
-      out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(bound, out.size() * 2)));
-    }
-    z.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
-    z.avail_out = static_cast<uInt>(std::min(out.size() - produced, step));
-    const uInt avail_in = z.avail_in, avail_out = z.avail_out;
-    int rc = inflate(&z, Z_NO_FLUSH);
-    in_done += avail_in - z.avail_in;
-    produced += avail_out - z.avail_out;
-    if (rc == Z_STREAM_END) break;
-    if (rc == Z_BUF_ERROR && z.avail_in == 0 && in_done == in.size())
-      throw FormatError(where + "deflate stream ends early (truncated?)");
-    if (rc != Z_OK && rc != Z_BUF_ERROR)
-      throw FormatError(where + "deflate data is damaged (zlib: " + (z.msg ? z.msg : std::to_string(rc)) + ")");
+// A raw deflate stream, inflated piece by piece into the caller's buffers.
+class Inflater {
+ public:
+  Inflater(std::span<const std::byte> in, const std::string& where) : in_(in), where_(where) {
+    if (inflateInit2(&z_, -MAX_WBITS) != Z_OK) throw FormatError(where_ + "zlib could not start inflating");
   }
-  if (in_done != in.size())
-    throw FormatError(where + std::to_string(in.size() - in_done) + " bytes follow the end of the deflate stream");
-  auto owned = std::shared_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(produced, 1)]);
-  std::memcpy(owned.get(), out.data(), produced);
-  out_size = produced;
-  return owned;
+  ~Inflater() { inflateEnd(&z_); }
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+
+  // Inflates into `out` until it is full or the stream ends; returns the bytes written.
+  std::size_t fill(std::span<std::byte> out) {
+    std::size_t produced = 0;
+    while (produced < out.size() && !ended_) {
+      constexpr std::size_t kStep = std::numeric_limits<uInt>::max();
+      z_.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in_.data() + in_done_));
+      z_.avail_in = static_cast<uInt>(std::min(in_.size() - in_done_, kStep));
+      z_.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+      z_.avail_out = static_cast<uInt>(std::min(out.size() - produced, kStep));
+      const uInt avail_in = z_.avail_in, avail_out = z_.avail_out;
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      const std::size_t used = avail_in - z_.avail_in, made = avail_out - z_.avail_out;
+      in_done_ += used;
+      produced += made;
+      if (rc == Z_STREAM_END) {
+        ended_ = true;
+      } else if (rc == Z_BUF_ERROR && in_done_ == in_.size()) {
+        throw FormatError(where_ + "deflate stream ends early (truncated?)");
+      } else if ((rc != Z_OK && rc != Z_BUF_ERROR) || (used == 0 && made == 0)) {
+        throw FormatError(where_ + "deflate data is damaged (zlib: " + (z_.msg ? z_.msg : std::to_string(rc)) + ")");
+      }
+    }
+    return produced;
+  }
+  bool ended() const noexcept { return ended_; }
+  std::size_t consumed() const noexcept { return in_done_; }
+
+ private:
+  std::span<const std::byte> in_;
+  const std::string& where_;
+  z_stream z_{};
+  std::size_t in_done_ = 0;
+  bool ended_ = false;
+};
+
+// Inflates a deflated entry that the directory says holds `declared` bytes: the .npy header
+// first, which must need exactly that many; then the rest into memory of exactly that size;
+// one byte more is an error. Nothing larger than the header is allocated before the header
+// and the directory agree.
+std::shared_ptr<std::byte[]> inflate_entry(std::span<const std::byte> in, std::uint64_t declared,
+                                           const std::string& where, const std::string& file) {
+  Inflater z(in, where);
+  std::vector<std::byte> head(static_cast<std::size_t>(std::min<std::uint64_t>(declared, 12 + kMaxHeader)));
+  const std::size_t got = z.fill(head);
+  const std::string says = "the zip directory declares " + std::to_string(declared) + " bytes";
+  if (got < head.size()) throw FormatError(where + "inflates to " + std::to_string(got) + " bytes, but " + says + " (damaged archive)");
+  const Layout l = parse_layout({head.data(), got}, where);
+  std::uint64_t need;
+  if (__builtin_add_overflow(l.data_offset, l.data_bytes, &need) || need != declared)
+    throw FormatError(where + "its .npy header needs " + std::to_string(l.data_offset) + " + " +
+                      std::to_string(l.data_bytes) + " bytes (header, then shape × element size), but " + says +
+                      " (damaged or hostile archive)");
+  auto out = allocate(declared, where, file);
+  std::memcpy(out.get(), head.data(), got);
+  head = {};
+  const std::size_t rest = z.fill({out.get() + got, static_cast<std::size_t>(declared) - got});
+  if (got + rest < declared)
+    throw FormatError(where + "inflates to " + std::to_string(got + rest) + " bytes, but " + says + " (damaged archive)");
+  std::byte probe;
+  if (!z.ended() && z.fill({&probe, 1}) != 0)
+    throw FormatError(where + "inflates beyond its declared size of " + std::to_string(declared) +
+                      " bytes (damaged or hostile archive); inflation stopped there");
+  if (z.consumed() != in.size())
+    throw FormatError(where + std::to_string(in.size() - z.consumed()) + " bytes follow the end of the deflate stream");
+  return out;
 }
 
 std::uint32_t crc_of(std::span<const std::byte> bytes) {
@@ -359,7 +434,18 @@ std::uint32_t crc_of(std::span<const std::byte> bytes) {
   return static_cast<std::uint32_t>(crc);
 }
 
+constexpr std::string_view kSuffix = ".npy";
+
 }  // namespace
+
+struct File::Zip {
+  pth::ZipArchive archive;
+};
+
+File::File() = default;
+File::File(File&&) noexcept = default;
+File& File::operator=(File&&) noexcept = default;
+File::~File() = default;
 
 bool looks_like_npy(std::span<const std::byte> bytes) noexcept {
   return bytes.size() >= kMagic.size() && std::memcmp(bytes.data(), kMagic.data(), kMagic.size()) == 0;
@@ -372,52 +458,95 @@ bool looks_like_zip(std::span<const std::byte> bytes) noexcept {
 File File::parse_npy(std::span<const std::byte> bytes, std::string display_name) {
   File f;
   f.name_ = std::move(display_name);
-  Parsed p = parse_one(bytes, "[npy] " + f.name_ + ": ");
-  if (p.owned) f.owned_.push_back(std::move(p.owned));
-  f.arrays_.push_back(std::move(p.array));
+  f.bytes_ = bytes;
+  const std::string where = "[npy] " + f.name_ + ": ";
+  Layout l = parse_layout(bytes, where);  // the whole check, without transposing anything
+  const std::uint64_t have = bytes.size() - l.data_offset;
+  if (have != l.data_bytes)
+    throw FormatError(where + "data is " + std::to_string(have) + " bytes; shape and dtype need " +
+                      std::to_string(l.data_bytes) + (have < l.data_bytes ? " (truncated?)" : ""));
+  f.names_.emplace_back();
   return f;
 }
 
-File File::parse_npz(std::span<const std::byte> bytes, std::string display_name) {
+File File::parse_npz(std::span<const std::byte> bytes, std::string display_name, const Limits& limits) {
   File f;
   f.npz_ = true;
   f.name_ = std::move(display_name);
+  f.bytes_ = bytes;
   const std::string file_where = "[npz] " + f.name_ + ": ";
-  pth::ZipArchive zip = with_npz_messages([&] { return pth::ZipArchive::parse(bytes, f.name_); });
-  for (const pth::ZipEntry& e : zip.entries()) {
+  f.zip_ = std::make_unique<Zip>(Zip{with_npz_messages([&] { return pth::ZipArchive::parse(bytes, f.name_); })});
+  std::uint64_t inflated = 0;
+  for (const pth::ZipEntry& e : f.zip_->archive.entries()) {
     const std::string where = file_where + "entry " + core::quote_name(e.name) + ": ";
-    constexpr std::string_view kSuffix = ".npy";
     if (e.name.size() <= kSuffix.size() || e.name.compare(e.name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
       throw FormatError(where + "not an array (np.savez names every entry NAME.npy)");
-    std::span<const std::byte> image = zip.data(e);
     if (e.method == 8) {
-      std::size_t size = 0;
-      auto owned = inflate_entry(image, where, size);
-      image = {owned.get(), size};
-      f.owned_.push_back(std::move(owned));
+      std::uint64_t most;
+      if (__builtin_mul_overflow(e.size, kMaxInflateRatio, &most) || __builtin_add_overflow(most, 1024, &most))
+        most = std::numeric_limits<std::uint64_t>::max();
+      if (e.uncompressed_size > most)
+        throw FormatError(where + "declares " + std::to_string(e.uncompressed_size) + " bytes inflated from " +
+                          std::to_string(e.size) + ", more than deflate can expand (" + std::to_string(kMaxInflateRatio) +
+                          ":1): damaged or hostile archive");
+      inflated += e.uncompressed_size;
+      if (inflated > limits.max_inflated_bytes)
+        throw FormatError(file_where + "its compressed arrays inflate to more than the limit of " +
+                          std::to_string(limits.max_inflated_bytes) + " bytes" + gib(limits.max_inflated_bytes) +
+                          " in all (the zip directory says; reached at entry " + core::quote_name(e.name) +
+                          "): raise it with `tensoracle compare --max-inflated SIZE` if the file is trusted, "
+                          "or save the arrays with np.savez (uncompressed: read in place, no limit)");
     } else if (e.method != 0) {
       throw UnsupportedError(where + "compression method " + std::to_string(e.method) +
                              " (tensoracle reads stored and deflated entries, as np.savez and "
                              "np.savez_compressed write)");
     }
-    if (std::uint32_t crc = crc_of(image); crc != e.crc32)
-      throw FormatError(where + "CRC-32 mismatch (damaged archive)");
-    Parsed p = parse_one(image, where);
-    p.array.name = e.name.substr(0, e.name.size() - kSuffix.size());
-    if (p.owned) f.owned_.push_back(std::move(p.owned));
-    f.arrays_.push_back(std::move(p.array));
+    f.names_.push_back(e.name.substr(0, e.name.size() - kSuffix.size()));
   }
   return f;
 }
 
-File File::open(const std::filesystem::path& path) {
+Array File::read(std::size_t i) const {
+  if (i >= names_.size())
+    throw InvalidArgument("[npy] " + name_ + ": array " + std::to_string(i) + " of " + std::to_string(names_.size()));
+  std::shared_ptr<std::byte[]> owned;
+  Array a;
+  if (!npz_) {
+    a = parse_one(bytes_, "[npy] " + name_ + ": ", name_, owned);
+    a.owner = owned ? std::shared_ptr<const void>(owned) : mapping_;
+    return a;
+  }
+  const pth::ZipEntry& e = zip_->archive.entries()[i];
+  const std::string where = "[npz] " + name_ + ": entry " + core::quote_name(e.name) + ": ";
+  std::span<const std::byte> image = zip_->archive.data(e);
+  std::shared_ptr<std::byte[]> inflated;
+  if (e.method == 8) {
+    inflated = inflate_entry(image, e.uncompressed_size, where, name_);
+    image = {inflated.get(), static_cast<std::size_t>(e.uncompressed_size)};
+  }
+  if (std::uint32_t crc = crc_of(image); crc != e.crc32) throw FormatError(where + "CRC-32 mismatch (damaged archive)");
+  a = parse_one(image, where, name_, owned);
+  a.name = names_[i];
+  if (owned) a.owner = owned;
+  else if (inflated) a.owner = inflated;
+  else a.owner = mapping_;
+  return a;
+}
+
+std::vector<Array> File::read_all() const {
+  std::vector<Array> out;
+  for (std::size_t i = 0; i < names_.size(); ++i) out.push_back(read(i));
+  return out;
+}
+
+File File::open(const std::filesystem::path& path, const Limits& limits) {
   auto map = std::make_shared<core::MappedFile>(path, false, "npy");
   std::span<const std::byte> bytes = map->bytes();
   File f;
   if (looks_like_npy(bytes)) {
     f = parse_npy(bytes, path.string());
   } else if (looks_like_zip(bytes)) {
-    f = parse_npz(bytes, path.string());
+    f = parse_npz(bytes, path.string(), limits);
   } else {
     throw FormatError("[npy] " + path.string() +
                       ": neither a .npy file (\\x93NUMPY) nor an .npz archive (a zip file)");

@@ -1,8 +1,10 @@
 // Internal: strict readers of NumPy's .npy and .npz files (for `tensoracle compare`).
 //
 //   npy::File f = npy::File::open("outputs.npz");        // .npy or .npz, told by content
-//   for (const npy::Array& a : f.arrays())                // npz: archive order
+//   for (std::size_t i = 0; i < f.size(); ++i) {          // npz: archive order
+//     npy::Array a = f.read(i);                           // one array at a time
 //     use(a.name, a.dtype, a.shape, a.data);              // C order, little-endian
+//   }                                                     // dropping `a` frees what it inflated
 //
 // .npy: format versions 1.0, 2.0 and 3.0; the header must be the dict NumPy writes
 // ({'descr': ..., 'fortran_order': ..., 'shape': (...)}, nothing else), the data exactly
@@ -14,11 +16,20 @@
 //
 // .npz: a zip archive of .npy entries (np.savez: stored; np.savez_compressed: deflated, read
 // with zlib), each named NAME.npy; CRC-32s are checked. The archive's structure is read by
-// the .pth converter's strict zip reader (convert/zip_reader.h).
+// the .pth converter's strict zip reader (convert/zip_reader.h). Opening reads only the
+// central directory; read(i) reads entry i: a stored entry in place (no copy), a deflated one
+// inflated into memory that the returned Array owns. Sizes are checked before any memory is
+// taken for them:
+//   - a deflated entry's declared (uncompressed) size may be at most kMaxInflateRatio times
+//     its compressed size (plus 1 KiB): deflate cannot expand further, so a larger claim is a lie;
+//   - the declared sizes of one archive's deflated entries may add up to at most
+//     Limits::max_inflated_bytes (kDefaultMaxInflatedBytes unless the caller raises it);
+//   - the .npy header inflated first must need exactly the declared size (header + shape ×
+//     element size), and inflation stops, with an error, as soon as it would pass that size.
 //
 // Every file is untrusted: any violation throws FormatError "[npy] FILE: ..." or
-// "[npz] FILE: entry 'x.npy': ..."; no input reads outside its bytes, and a deflated entry
-// may not expand past what deflate can encode in its compressed size.
+// "[npz] FILE: entry 'x.npy': ..."; no input reads outside its bytes. Memory the system
+// refuses (std::bad_alloc) for an array is IoError ENOMEM naming the file and entry.
 #pragma once
 
 #include <cstddef>
@@ -33,31 +44,59 @@
 
 namespace tensoracle::npy {
 
+// The most an .npz's deflated entries may inflate to, in total, unless Limits says otherwise
+// (`tensoracle compare --max-inflated SIZE`). Compare holds one array of each file at a time,
+// so this also bounds what a hostile archive can make it allocate.
+inline constexpr std::uint64_t kDefaultMaxInflatedBytes = std::uint64_t{16} << 30;  // 16 GiB
+// Deflate's own limit: a 258-byte match costs at least 2 bits, so no stream inflates more than
+// ~1032 times its size. np.savez_compressed of an all-zero array comes close (~1029:1), so no
+// lower cap can be set without refusing such files.
+inline constexpr std::uint64_t kMaxInflateRatio = 1032;
+
+struct Limits {
+  std::uint64_t max_inflated_bytes = kDefaultMaxInflatedBytes;
+};
+
 struct Array {
   std::string name;                   // npz: the entry's name without ".npy"; npy: empty
   safetensors::Dtype dtype{};
   std::vector<std::int64_t> shape;    // empty for a 0-d array
   std::span<const std::byte> data;    // C order; not necessarily aligned
+  std::shared_ptr<const void> owner;  // keeps `data` alive (inflated or transposed bytes, or the mapping)
 };
 
 class File {
  public:
-  // Maps `path` and parses it as .npy or .npz (by its first bytes). Throws IoError,
-  // FormatError, UnsupportedError.
-  static File open(const std::filesystem::path& path);
-  // Parse bytes held by the caller (which must outlive the File); `display_name` names
-  // them in messages.
+  // Maps `path` and parses it as .npy or .npz (by its first bytes): the .npy header, or the
+  // .npz's directory with the limits above. Throws IoError, FormatError, UnsupportedError.
+  static File open(const std::filesystem::path& path, const Limits& limits = {});
+  // Parse bytes held by the caller (which must outlive the File and its Arrays);
+  // `display_name` names them in messages.
   static File parse_npy(std::span<const std::byte> bytes, std::string display_name);
-  static File parse_npz(std::span<const std::byte> bytes, std::string display_name);
+  static File parse_npz(std::span<const std::byte> bytes, std::string display_name, const Limits& limits = {});
 
-  const std::vector<Array>& arrays() const noexcept { return arrays_; }
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  ~File();
+
+  // How many arrays, and their names (known without reading any array).
+  std::size_t size() const noexcept { return names_.size(); }
+  const std::vector<std::string>& names() const noexcept { return names_; }
+  // Array `i` (< size()), read now; see above. Throws FormatError, UnsupportedError, IoError.
+  Array read(std::size_t i) const;
+  // Every array at once: for small files (tests); compare reads one at a time.
+  std::vector<Array> read_all() const;
+
   bool is_npz() const noexcept { return npz_; }
   const std::string& display_name() const noexcept { return name_; }
 
  private:
-  std::shared_ptr<const void> mapping_;                  // keeps mapped bytes alive
-  std::vector<std::shared_ptr<std::byte[]>> owned_;      // inflated or transposed data
-  std::vector<Array> arrays_;
+  File();
+  struct Zip;
+  std::shared_ptr<const void> mapping_;  // keeps mapped bytes alive (open)
+  std::span<const std::byte> bytes_;
+  std::unique_ptr<Zip> zip_;             // npz: the directory
+  std::vector<std::string> names_;
   std::string name_;
   bool npz_ = false;
 };

@@ -17,6 +17,7 @@
 
 #include "cache/digest_memo.h"
 #include "core/file_stat.h"
+#include "plugin/private_copy.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/plugin_library.h"
 
@@ -244,7 +245,11 @@ PluginLibraryInfo load_plugin_library(const fs::path& path) {
   }
 
   const std::int64_t hashed_ns = core::now_ns();
-  const std::string digest = plugin::hash_fd(fd, path);
+  // The code that runs comes from a sealed copy (see plugin/private_copy.h), and the digest is
+  // that copy's: rewriting the file later changes neither.
+  plugin::PrivateCopy copy = plugin::PrivateCopy::of(fd, static_cast<std::uint64_t>(before.size), path);
+  if (copy.valid() && copy.mentions_origin()) copy = {};  // $ORIGIN must name the file's own folder
+  const std::string digest = plugin::hash_fd(copy.valid() ? copy.fd() : fd, path);
   if (auto now = core::stat_path(real); !now || *now != before)
     fail(path, "the plugin library changed while it was read; load it once it is written completely");
   // The same bytes under another name: the same library (nothing is opened or registered again).
@@ -258,10 +263,15 @@ PluginLibraryInfo load_plugin_library(const fs::path& path) {
     }
 
   dlerror();
-  void* handle = ::dlopen(real.c_str(), RTLD_NOW | RTLD_LOCAL);
+  const std::string load_name = copy.valid() ? copy.dlopen_name() : real.string();
+  void* handle = ::dlopen(load_name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
-    fail(path, std::string("cannot load the plugin library: ") + (why ? why : "dlopen failed"));
+    std::string text = why ? why : "dlopen failed";
+    // dlerror names what was opened: name the file instead of the copy.
+    for (std::size_t at; copy.valid() && (at = text.find(load_name)) != std::string::npos;)
+      text.replace(at, load_name.size(), real.string());
+    fail(path, "cannot load the plugin library: " + text);
   }
   struct Unload {
     void* handle;
@@ -294,6 +304,7 @@ PluginLibraryInfo load_plugin_library(const fs::path& path) {
   }
   r.by_path.emplace(real.string(), lib);
   unload.armed = false;  // kept for the life of the process
+  copy.keep();           // and so is its copy's descriptor (its name must not be reused)
   return lib->info;
 }
 

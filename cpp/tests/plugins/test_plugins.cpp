@@ -21,7 +21,10 @@
 namespace {
 
 namespace tp = tensoracle::plugin;
-constexpr const char* kNs = "tensoracle.tests";
+#ifndef TEST_PLUGIN_NAMESPACE
+#define TEST_PLUGIN_NAMESPACE "tensoracle.tests"
+#endif
+constexpr const char* kNs = TEST_PLUGIN_NAMESPACE;
 
 void require_float(tp::Descs in, std::size_t n) {
   tp::require(in.size() == n, "expected " + std::to_string(n) + " inputs, got " + std::to_string(in.size()));
