@@ -17,6 +17,8 @@ class MappedFile {
   // regular file). An empty file maps to an empty span. Opening never blocks on FIFOs.
   // `component` prefixes error messages ("[safetensors] ...").
   MappedFile(const std::filesystem::path& path, bool copy_on_write, std::string_view component);
+  // Maps the file open as `fd` (read-only; the caller keeps and closes it); `path` names it.
+  MappedFile(int fd, const std::filesystem::path& path, bool copy_on_write, std::string_view component);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -26,6 +28,8 @@ class MappedFile {
   const FileStat& stat() const noexcept { return stat_; }
 
  private:
+  void map(int fd, const std::filesystem::path& path, bool copy_on_write, std::string_view component);
+
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   FileStat stat_;

@@ -1,5 +1,9 @@
 #include "tensoracle/engine.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <unordered_map>
 
@@ -136,9 +140,21 @@ namespace runtime {
 
 LoadedEngine EngineAccess::load_file(const std::filesystem::path& path,
                                      const std::function<bool(const core::FileStat&)>& skip_digest) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused as not a regular file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) core::throw_io_error("engine", "cannot open", path, errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }  // the mapping keeps the file's pages
+  } closer{fd};
+  return load_fd(fd, path, skip_digest);
+}
+
+LoadedEngine EngineAccess::load_fd(int fd, const std::filesystem::path& path,
+                                   const std::function<bool(const core::FileStat&)>& skip_digest) {
   std::shared_ptr<core::MappedFile> map;
   try {
-    map = std::make_shared<core::MappedFile>(path, false, "engine");
+    map = std::make_shared<core::MappedFile>(fd, path, false, "engine");
   } catch (const FormatError& e) {
     throw CorruptEngineError(std::string(e.what()) + "; expected an engine file");
   }

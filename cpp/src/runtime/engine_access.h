@@ -24,6 +24,10 @@ struct EngineAccess {
   // Engine::load.
   static LoadedEngine load_file(const std::filesystem::path& path,
                                 const std::function<bool(const core::FileStat&)>& skip_digest);
+  // The same for a file already open (read-only) as `fd`, which the caller keeps and closes;
+  // `path` names it in messages.
+  static LoadedEngine load_fd(int fd, const std::filesystem::path& path,
+                              const std::function<bool(const core::FileStat&)>& skip_digest);
 };
 
 }  // namespace tensoracle::runtime
