@@ -153,8 +153,9 @@ def test_failed_write_leaves_no_partial_file_and_is_not_remembered(tmp_path):
 def test_full_disk_leaves_no_partial_file(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(cache)], capture_output=True,
-                           text=True)
+    # mode=0700: a tmpfs is 1777 by default, a folder the cache refuses (others can write it).
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(cache)],
+                           capture_output=True, text=True)
     if mount.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
     try:

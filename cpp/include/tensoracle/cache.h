@@ -25,6 +25,15 @@
 // remembered per (real path, size, mtime, ctime, inode, device), so a warm open reads no
 // weights. The folder is managed with the functions in `tensoracle::cache` below and with
 // `tensoracle cache list|verify|prune|clear`.
+//
+// The folder must be the caller's: owned by the effective user (or root) and writable by no
+// one else (no group or other write bit); tensoracle creates it 0700. Every file in it is
+// opened relative to the folder and never through a symbolic link. Each entry's record holds
+// the digest of its engine file's bytes: an open accepts the engine file only when the record
+// is of the computed identity and vouches for the file (unchanged since checked, or the same
+// bytes); without a usable record the entry is rebuilt. The management functions consider only
+// the cache's own files (docs/engines.md, "The cache rules"), so a folder that is not a cache
+// loses nothing.
 #pragma once
 
 #include <chrono>
@@ -79,11 +88,14 @@ struct EngineHandle {
 // Opens the engine for (graph, declaration, options), building and saving it when the cache
 // has no entry for its identity. `graph` is called only when building.
 // Throws: InvalidArgument (empty name or graph_version, bad declaration); IoError (a weight
-// file cannot be read, the cache folder cannot be written: nothing partial is left behind);
+// file cannot be read, the cache folder cannot be written: nothing partial is left behind;
+// EPERM: the cache folder is another user's or others can write it; ELOOP: the entry's lock
+// file is a symbolic link);
 // PluginLibraryError (a plugin library is missing, unreadable, incompatible or changed since it
 // was loaded — raised before any cached engine is opened — or a saved engine needs a plugin
-// creator no library registered); CorruptEngineError (the saved entry fails its digest: the message names the file
-// and says to pass force_rebuild=true); EngineIOError (the engine's inputs/outputs differ from
+// creator no library registered); CorruptEngineError (the saved entry fails its digest, or is
+// an intact engine other than the one its record vouches for: the message names the file and
+// says to pass force_rebuild=true); EngineIOError (the engine's inputs/outputs differ from
 // options.io: each difference listed; a freshly built engine stays saved); what the graph
 // function or the builder throws. An entry of another engine format version is rebuilt.
 EngineHandle open_engine(const GraphFunction& graph, const EngineBuild& declaration, const OpenOptions& options);
@@ -123,9 +135,12 @@ struct Check {
   std::string problem;                // empty when kOk
 };
 
-// `dir` empty means default_cache_dir(). A missing folder is an empty cache.
+// `dir` empty means default_cache_dir(). A missing folder is an empty cache; a folder that is
+// another user's or that others can write is refused (IoError, EPERM), as by open_engine. Only
+// the cache's own files are listed or removed.
 std::vector<Entry> list(const std::filesystem::path& dir = {});
-// Reads every entry in full and checks its digest, format and target.
+// Reads every entry in full and checks its digest, format and target, and that it is the
+// engine its record vouches for (kCorrupt otherwise).
 std::vector<Check> verify(const std::filesystem::path& dir = {});
 // Removes entries not used for `older_than` (when given), then the least recently used until
 // the total is at most `max_size` bytes (when given). Returns the removed entries.

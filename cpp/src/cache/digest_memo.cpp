@@ -7,15 +7,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "cache/lock.h"
 #include "cache/store.h"
 #include "core/atomic_file.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 #include "tensoracle/cache.h"
 #include "tensoracle/errors.h"
@@ -27,6 +26,7 @@ namespace {
 using json = nlohmann::json;
 constexpr const char* kFormat = "tensoracle.digest-memo";
 constexpr int kVersion = 1;
+constexpr std::size_t kMaxMemoBytes = std::size_t{64} << 20;  // 1024 records are far below
 
 std::string hex128(const XXH128_hash_t& h) {
   XXH128_canonical_t c;
@@ -40,16 +40,28 @@ std::string hex128(const XXH128_hash_t& h) {
   return s;
 }
 
-std::map<std::string, DigestMemo::Record> read_memo(const std::filesystem::path& file) {
-  std::map<std::string, DigestMemo::Record> out;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return out;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+// The memo document, or nullopt when the file is missing, a link, too large, malformed, too
+// deeply nested or of another format.
+std::optional<json> read_memo_document(const CacheFolder& folder) {
+  auto text = read_small_file(folder.file(DigestMemo::kFileName), kMaxMemoBytes);
+  if (!text) return std::nullopt;
+  json j;
+  try {
+    j = core::parse_untrusted(*text);
+  } catch (const core::JsonError&) {
+    return std::nullopt;
+  }
   if (!j.is_object() || !j.contains("format") || j["format"] != kFormat || !j.contains("version") ||
       j["version"] != kVersion)
-    return out;
+    return std::nullopt;
+  return j;
+}
+
+std::map<std::string, DigestMemo::Record> read_memo(const CacheFolder& folder) {
+  std::map<std::string, DigestMemo::Record> out;
+  auto doc = read_memo_document(folder);
+  if (!doc) return out;
+  json& j = *doc;
   auto files = j.find("files");
   if (files == j.end() || !files->is_object()) return out;
   for (const auto& [path, e] : files->items()) {
@@ -79,8 +91,8 @@ ReadCounts read_counts() {
   return {c.files_hashed.load(), c.bytes_hashed.load(), c.engine_digest_checks.load()};
 }
 
-std::string hash_file(int fd, const std::filesystem::path& path, const std::string& component,
-                      const std::string& what) {
+std::string digest_of_file(int fd, const std::filesystem::path& path, const std::string& component,
+                           const std::string& what, std::uint64_t* bytes_read) {
 #ifdef POSIX_FADV_SEQUENTIAL
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
@@ -100,12 +112,24 @@ std::string hash_file(int fd, const std::filesystem::path& path, const std::stri
     XXH3_128bits_update(state.get(), buf.data(), static_cast<std::size_t>(n));
     total += static_cast<std::uint64_t>(n);
   }
-  counters().files_hashed.fetch_add(1);
-  counters().bytes_hashed.fetch_add(total);
+  if (bytes_read != nullptr) *bytes_read = total;
   return hex128(XXH3_128bits_digest(state.get()));
 }
 
-DigestMemo::DigestMemo(std::filesystem::path cache_dir) : dir_(std::move(cache_dir)), records_(read_memo(file(dir_))) {}
+std::string digest_of_bytes(std::span<const std::byte> bytes) { return hex128(XXH3_128bits(bytes.data(), bytes.size())); }
+
+std::string hash_file(int fd, const std::filesystem::path& path, const std::string& component,
+                      const std::string& what) {
+  std::uint64_t total = 0;
+  std::string d = digest_of_file(fd, path, component, what, &total);
+  counters().files_hashed.fetch_add(1);
+  counters().bytes_hashed.fetch_add(total);
+  return d;
+}
+
+bool DigestMemo::present(const CacheFolder& folder) { return read_memo_document(folder).has_value(); }
+
+DigestMemo::DigestMemo(const CacheFolder& folder) : folder_(folder), records_(read_memo(folder)) {}
 
 FileDigest DigestMemo::digest(const std::filesystem::path& path, const std::string& kind) {
   std::error_code ec;
@@ -145,15 +169,14 @@ FileDigest DigestMemo::digest(const std::filesystem::path& path, const std::stri
 void DigestMemo::save() noexcept {
   if (updates_.empty()) return;
   try {
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    auto lock = FileLock::acquire(dir_ / "digests.lock", "cache");
+    auto lock = FileLock::acquire(folder_.file(kLockName), "cache");
     // Every writer of the memo holds this lock: other temporaries of it are leftovers of a
     // killed process.
-    const std::string leftover = core::AtomicFile::temporary_prefix(file(dir_));
-    for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().filename().string().rfind(leftover, 0) == 0) ::unlink(it->path().c_str());
-    auto merged = read_memo(file(dir_));
+    const std::string leftover = core::AtomicFile::temporary_prefix(kFileName);
+    for (const auto& n : folder_.names())
+      if (n.rfind(leftover, 0) == 0)
+        if (auto st = folder_.lstat(n); st && S_ISREG(st->st_mode)) folder_.remove(n);
+    auto merged = read_memo(folder_);
     for (const auto& [k, r] : updates_) merged[k] = r;
     if (merged.size() > kMaxRecords) {
       std::vector<std::pair<std::int64_t, std::string>> by_age;
@@ -169,7 +192,7 @@ void DigestMemo::save() noexcept {
     json doc = {{"format", kFormat}, {"version", kVersion}, {"files", std::move(files)}};
     // Paths need not be UTF-8: replace what JSON cannot hold (such a record just never matches).
     std::string text = doc.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
-    core::AtomicFile out(file(dir_), "cache");
+    core::AtomicFile out(folder_.fd(), kFileName, file(folder_.path()), "cache");
     out.write(std::as_bytes(std::span(text)));
     out.commit();
     for (auto& [k, r] : updates_) records_[k] = r;

@@ -1,7 +1,7 @@
 // Internal: content digests of input files (weights, plugin libraries), remembered across
 // processes in the cache folder so that a warm open reads none of them.
 //
-//   DigestMemo memo(cache_dir);
+//   DigestMemo memo(folder);                           // a CacheFolder, which must outlive it
 //   FileDigest d = memo.digest("model.safetensors");   // reads the file only when needed
 //   memo.save();                                       // best effort, atomic
 //
@@ -9,16 +9,19 @@
 // device) as fstat reported them while the file was hashed, the digest, and when it was
 // recorded. It is used only when all five still match and the record is not racy (see
 // core::racy: a change within the same clock tick as the record could otherwise go unseen).
-// The memo file is JSON written atomically; a missing, damaged or foreign memo file counts as
-// empty and is replaced on the next save. Concurrent savers merge under a lock file.
+// The memo file is JSON written atomically; a missing, damaged (too deeply nested included),
+// linked or foreign memo file counts as empty and is replaced on the next save. Concurrent
+// savers merge under a lock file. Both are opened relative to the folder, never through links.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 
+#include "cache/folder.h"
 #include "core/file_stat.h"
 
 namespace tensoracle::cache {
@@ -37,14 +40,19 @@ struct Counters {
 Counters& counters();
 
 // XXH3-128 of a whole file, by read(2) in large chunks; `fd` is at offset 0.
-// `what` names the file in messages ("the weight file").
+// `what` names the file in messages ("the weight file"). Counted in files_hashed.
 std::string hash_file(int fd, const std::filesystem::path& path, const std::string& component, const std::string& what);
+// The same, not counted (the cache's own engine files); `bytes_read` (may be null) gets the size.
+std::string digest_of_file(int fd, const std::filesystem::path& path, const std::string& component,
+                           const std::string& what, std::uint64_t* bytes_read = nullptr);
+// "xxh3-128:<32 hex digits>" of `bytes`.
+std::string digest_of_bytes(std::span<const std::byte> bytes);
 
 class DigestMemo {
  public:
   static constexpr std::size_t kMaxRecords = 1024;  // oldest records are dropped beyond this
 
-  explicit DigestMemo(std::filesystem::path cache_dir);
+  explicit DigestMemo(const CacheFolder& folder);
 
   // `kind` names the file in messages ("weight file"). Throws IoError naming `path` when it
   // cannot be opened or read, or keeps changing while it is read; FormatError when it is not
@@ -55,7 +63,11 @@ class DigestMemo {
   // is ignored: the memo only saves time, and AtomicFile leaves nothing partial behind.
   void save() noexcept;
 
-  static std::filesystem::path file(const std::filesystem::path& cache_dir) { return cache_dir / "digests.json"; }
+  static std::filesystem::path file(const std::filesystem::path& cache_dir) { return cache_dir / kFileName; }
+  static constexpr const char* kFileName = "digests.json";
+  static constexpr const char* kLockName = "digests.lock";
+  // Whether the folder holds a memo file of this format (what `cache clear` may remove).
+  static bool present(const CacheFolder& folder);
 
   struct Record {
     core::FileStat stat;
@@ -64,7 +76,7 @@ class DigestMemo {
   };
 
  private:
-  std::filesystem::path dir_;
+  const CacheFolder& folder_;
   std::map<std::string, Record> records_;   // as loaded
   std::map<std::string, Record> updates_;   // made by this object
 };

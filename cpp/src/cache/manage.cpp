@@ -1,5 +1,7 @@
 // The cache folder's management: list, verify, prune, clear (tensoracle::cache in cache.h;
 // the CLI's `tensoracle cache ...` and Python's tensoracle.cache call these).
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <tuple>
 
 #include "cache/digest_memo.h"
+#include "cache/folder.h"
 #include "cache/lock.h"
 #include "cache/store.h"
 #include "core/atomic_file.h"
@@ -27,98 +30,110 @@ constexpr std::int64_t kStaleTemporaryNs = std::int64_t{3600} * 1'000'000'000;  
 
 Clock::time_point at(std::int64_t ns) { return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns))); }
 
-fs::path folder(const fs::path& dir) { return dir.empty() ? default_cache_dir() : dir; }
+fs::path folder_path(const fs::path& dir) { return dir.empty() ? default_cache_dir() : dir; }
 
-bool is_hex(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
+// The cache folder for list, verify, prune and clear: nullopt when it is missing (an empty
+// cache); checked like open_engine's (IoError when others can write it or it is not yours).
+std::optional<CacheFolder> open_folder(const fs::path& dir) { return CacheFolder::open(folder_path(dir), false); }
 
-std::optional<Entry> entry_of(const fs::path& engine) {
-  auto est = core::stat_path(engine);
-  if (!est) return std::nullopt;
+// The entry of the engine file "<base>.engine", when it is the cache's (store.h): its record
+// names this very entry, or there is no usable record and the file starts with an engine header.
+std::optional<Entry> entry_of(const CacheFolder& folder, const std::string& base) {
+  const EntryPaths p = entry_paths_of_base(folder.path(), base);
+  auto est = folder.lstat(p.engine.filename().string());
+  if (!est || !S_ISREG(est->st_mode)) return std::nullopt;
   Entry e;
-  e.path = engine;
-  const std::string base = engine.stem().string();
-  const EntryPaths p = entry_paths_of_base(engine.parent_path(), base);
-  e.size = est->size;
-  e.created = e.last_used = at(est->mtime_ns);
-  if (auto r = read_record(p.record)) {
-    e.name = r->name;
-    e.graph_version = r->graph_version;
-    e.identity = r->identity;
-    e.device = r->device;
-    e.created = at(r->created_ns);
-    if (auto rst = core::stat_path(p.record)) {
-      e.size += rst->size;
-      e.last_used = at(rst->mtime_ns);
+  e.path = p.engine;
+  e.size = static_cast<std::uint64_t>(est->st_size);
+  e.created = e.last_used = at(core::FileStat::of(*est).mtime_ns);
+  const auto record = read_record(folder.file(p.record.filename().string()));
+  if (record && entry_paths(folder.path(), record->name, record->identity).base == base) {
+    e.name = record->name;
+    e.graph_version = record->graph_version;
+    e.identity = record->identity;
+    e.device = record->device;
+    e.created = at(record->created_ns);
+    if (auto rst = folder.lstat(p.record.filename().string())) {
+      e.size += static_cast<std::uint64_t>(rst->st_size);
+      e.last_used = at(core::FileStat::of(*rst).mtime_ns);
     }
     e.has_record = true;
-  } else {
-    // "<name>-<32 hex digits>": what the file name tells.
-    auto dash = base.rfind('-');
-    if (dash != std::string::npos && base.size() - dash - 1 == 32 && is_hex(base.substr(dash + 1))) {
-      e.name = base.substr(0, dash);
-      e.identity = base.substr(dash + 1);
-    } else {
-      e.name = base;
-    }
+    return e;
   }
+  if (!is_engine_file(folder.file(p.engine.filename().string()))) return std::nullopt;
+  // What the file name tells: "<name part>-<32 hex digits>".
+  e.name = name_part_of_base(base);
+  e.identity = base.substr(e.name.size() + 1);
   return e;
 }
 
-void remove_entry(const Entry& e) {
-  const EntryPaths p = entry_paths_of_base(e.path.parent_path(), e.path.stem().string());
+void remove_entry(const CacheFolder& folder, const Entry& e) {
+  const EntryPaths p = entry_paths_of_base(folder.path(), e.path.stem().string());
   // Under the entry's lock: a build of it in progress finishes first, and no open can be
   // writing its record meanwhile.
-  FileLock lock = FileLock::acquire(p.lock, "cache");
-  ::unlink(p.record.c_str());
-  if (::unlink(p.engine.c_str()) != 0 && errno != ENOENT)
+  FileLock lock = FileLock::acquire(folder.file(p.lock.filename().string()), "cache");
+  folder.remove(p.record.filename().string());
+  if (!folder.remove(p.engine.filename().string()) && errno != ENOENT)
     core::throw_io_error("cache", "cannot remove", p.engine, errno);
-  remove_temporaries(p.engine.parent_path(), p.base);
+  remove_temporaries(folder, p.base);
   lock.remove_file();
 }
 
-// Lock files whose engine is gone (a build that failed, say): removed when nobody holds them.
-void remove_orphan_locks(const fs::path& dir) {
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path& f = it->path();
-    if (f.extension() != ".lock" || f.filename() == "digests.lock") continue;
-    const EntryPaths p = entry_paths_of_base(dir, f.stem().string());
-    if (fs::exists(p.engine)) continue;
-    if (auto lock = FileLock::try_acquire(f)) {
-      if (!fs::exists(p.engine)) lock->remove_file();
+// Lock files of the cache's naming whose engine is gone (a build that failed, say), empty as the
+// cache leaves them, of `name_part` when given: removed when nobody holds them. Never created,
+// never through a link.
+void remove_orphan_locks(const CacheFolder& folder, const std::string& name_part) {
+  for (const auto& n : folder.names()) {
+    auto base = entry_base(n, ".lock");
+    if (!base || (!name_part.empty() && name_part_of_base(*base) != name_part)) continue;
+    auto st = folder.lstat(n);
+    if (!st || !S_ISREG(st->st_mode) || st->st_size != 0) continue;
+    const std::string engine = *base + ".engine";
+    if (folder.lstat(engine)) continue;
+    if (auto lock = FileLock::try_acquire(folder.file(n), /*create=*/false)) {
+      if (!folder.lstat(engine)) lock->remove_file();
     }
   }
 }
 
-}  // namespace
-
-std::vector<Entry> list(const fs::path& dir_in) {
-  const fs::path dir = folder(dir_in);
+std::vector<Entry> list_in(const CacheFolder& folder) {
   std::vector<Entry> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path& f = it->path();
-    const std::string n = f.filename().string();
-    if (n.empty() || n[0] == '.' || f.extension() != ".engine" || !it->is_regular_file()) continue;
-    if (auto e = entry_of(f)) out.push_back(std::move(*e));
-  }
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    core::throw_io_error("cache", "cannot list the cache folder", dir, ec.value());
+  for (const auto& n : folder.names())
+    if (auto base = entry_base(n, ".engine"))
+      if (auto e = entry_of(folder, *base)) out.push_back(std::move(*e));
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
     return std::tie(a.name, a.graph_version, a.created, a.path) < std::tie(b.name, b.graph_version, b.created, b.path);
   });
   return out;
 }
 
+}  // namespace
+
+std::vector<Entry> list(const fs::path& dir) {
+  auto folder = open_folder(dir);
+  return folder ? list_in(*folder) : std::vector<Entry>{};
+}
+
 std::vector<Check> verify(const fs::path& dir) {
   std::vector<Check> out;
-  for (auto& e : list(dir)) {
+  auto folder = open_folder(dir);
+  if (!folder) return out;
+  for (auto& e : list_in(*folder)) {
     Check c{e, Health::kOk, ""};
     try {
-      (void)runtime::EngineAccess::load_file(e.path, nullptr, /*map=*/true);
+      Fd fd(open_no_follow(folder->file(e.path.filename().string()), O_RDONLY));
+      if (!fd) core::throw_io_error("cache", "cannot open", e.path, errno);
+      (void)runtime::EngineAccess::load_fd(fd.get(), e.path, nullptr);
       counters().engine_digest_checks.fetch_add(1);
+      // An intact engine, but is it the one its record vouches for?
+      const auto record = read_record(folder->file(e.path.stem().string() + ".json"));
+      if (e.has_record && record &&
+          digest_of_file(fd.get(), e.path, "cache", "the saved engine") != record->engine_digest) {
+        c.health = Health::kCorrupt;
+        c.problem = "[cache] " + e.path.string() +
+                    ": not the engine its record vouches for (its bytes differ from those saved: was another "
+                    "engine put in its place?)";
+      }
     } catch (const IncompatibleEngineError& x) {
       c.health = Health::kIncompatible;
       c.problem = x.what();
@@ -142,14 +157,15 @@ std::vector<Entry> prune(std::optional<std::chrono::seconds> older_than, std::op
                          const fs::path& dir_in) {
   if (!older_than && !max_size) throw InvalidArgument("[cache] prune: give older_than, max_size or both");
   if (older_than && older_than->count() < 0) throw InvalidArgument("[cache] prune: older_than is negative");
-  const fs::path dir = folder(dir_in);
-  std::vector<Entry> entries = list(dir), removed;
+  auto folder = open_folder(dir_in);
+  if (!folder) return {};
+  std::vector<Entry> entries = list_in(*folder), removed;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.last_used < b.last_used; });
   std::vector<Entry> kept;
   const auto now = Clock::now();
   for (auto& e : entries) {
     if (older_than && e.last_used < now - *older_than) {
-      remove_entry(e);
+      remove_entry(*folder, e);
       removed.push_back(std::move(e));
     } else {
       kept.push_back(std::move(e));
@@ -160,33 +176,34 @@ std::vector<Entry> prune(std::optional<std::chrono::seconds> older_than, std::op
     for (const auto& e : kept) total += e.size;
     for (auto& e : kept) {  // least recently used first
       if (total <= *max_size) break;
-      remove_entry(e);
+      remove_entry(*folder, e);
       total -= e.size;
       removed.push_back(e);
     }
   }
-  remove_orphan_locks(dir);
-  remove_stale_temporaries(dir, kStaleTemporaryNs);
+  remove_orphan_locks(*folder, {});
+  remove_stale_temporaries(*folder, kStaleTemporaryNs);
   return removed;
 }
 
 std::vector<Entry> clear(const std::optional<std::string>& name, const fs::path& dir_in) {
-  const fs::path dir = folder(dir_in);
+  auto folder = open_folder(dir_in);
+  if (!folder) return {};
   std::vector<Entry> removed;
-  for (auto& e : list(dir)) {
-    if (name && e.name != *name) continue;
-    remove_entry(e);
+  for (auto& e : list_in(*folder)) {
+    // An entry without a record is known by its file name only.
+    if (name && (e.has_record ? e.name != *name : e.name != file_name_part(*name))) continue;
+    remove_entry(*folder, e);
     removed.push_back(std::move(e));
   }
-  if (!name && fs::exists(dir)) {
-    FileLock lock = FileLock::acquire(dir / "digests.lock", "cache");
-    ::unlink(DigestMemo::file(dir).c_str());
+  if (!name && DigestMemo::present(*folder)) {
+    FileLock lock = FileLock::acquire(folder->file(DigestMemo::kLockName), "cache");
+    folder->remove(DigestMemo::kFileName);
     lock.remove_file();
   }
-  if (fs::exists(dir)) {
-    remove_orphan_locks(dir);
-    remove_stale_temporaries(dir, kStaleTemporaryNs);
-  }
+  const std::string name_part = name ? file_name_part(*name) : std::string();
+  remove_orphan_locks(*folder, name_part);
+  remove_stale_temporaries(*folder, kStaleTemporaryNs, name_part);
   return removed;
 }
 

@@ -9,8 +9,21 @@
 //   <dir>/.<file>.tmp-<pid>-<random>  a write in progress (AtomicFile); a leftover of a killed
 //                                     process is removed under the entry's lock
 // <name> is the engine name with anything but [A-Za-z0-9._-] replaced by '_' (at most 64
-// bytes); the record keeps the name as given. The record file's mtime is the entry's last
-// use (set on every open; it costs no fsync).
+// bytes, '_' put before a leading '.'); <identity> is 32 lowercase hex digits. The record keeps
+// the name as given. The record file's mtime is the entry's last use (set on every open; it
+// costs no fsync).
+//
+// What is the cache's: only files of exactly these names, and of those only an entry whose
+// record names that very entry (format "tensoracle.cache-entry", its name and identity giving
+// the file name) or, where the record is missing or damaged, whose engine file starts with an
+// engine header; a lock file only with its entry, or when it is empty and its entry is gone.
+// list, prune and clear consider nothing else: a folder that is not a cache loses nothing.
+//
+// The record vouches for the engine file: it holds the XXH3-128 digest of the engine file's
+// bytes as written (engine_digest) and the stat of the file when that was last checked. An
+// open accepts the engine file only when its stat is the recorded one or its bytes hash to
+// engine_digest, and the record's identity is the one open_engine computed; an engine without
+// a usable record is rebuilt, another valid engine in its place is a CorruptEngineError.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +33,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cache/folder.h"
 #include "core/file_stat.h"
 
 namespace tensoracle::cache {
@@ -43,6 +57,13 @@ struct EntryPaths {
 
 EntryPaths entry_paths(const std::filesystem::path& dir, const std::string& name, const std::string& identity);
 EntryPaths entry_paths_of_base(const std::filesystem::path& dir, const std::string& base);
+// The file-name part of an engine name (see above).
+std::string file_name_part(const std::string& name);
+// "<name part>-<identity>" when `file_name` is exactly that followed by `extension` (".engine",
+// ".json", ".lock"), else nullopt.
+std::optional<std::string> entry_base(const std::string& file_name, const std::string& extension);
+// The name part of a base "<name part>-<identity>".
+std::string name_part_of_base(const std::string& base);
 
 struct Record {
   std::string name;
@@ -51,25 +72,35 @@ struct Record {
   nlohmann::json identity_text;    // the identity's canonical JSON, parsed
   std::string device;
   std::int64_t created_ns = 0;
+  std::string engine_digest;       // "xxh3-128:<32 hex>" of the engine file's bytes
   core::FileStat verified;         // the engine file whose digest was checked
   std::int64_t verified_ns = 0;    // when
 };
 
-// nullopt when missing, unreadable, damaged or of another record version.
-std::optional<Record> read_record(const std::filesystem::path& path);
+// nullopt when missing, a link, unreadable, damaged (malformed or too deeply nested JSON
+// included) or of another record version.
+std::optional<Record> read_record(const FileRef& file);
+inline std::optional<Record> read_record(const std::filesystem::path& path) { return read_record(FileRef::at_path(path)); }
 // Atomic; throws IoError naming the record file.
-void write_record(const std::filesystem::path& path, const Record& record);
+void write_record(const FileRef& file, const Record& record);
+inline void write_record(const std::filesystem::path& path, const Record& record) {
+  write_record(FileRef::at_path(path), record);
+}
 
-// Sets the record file's mtime to now (the entry's last use); failures are ignored.
-void touch(const std::filesystem::path& path) noexcept;
+// Whether the regular file (not a link) starts with an engine header: a safetensors header
+// whose metadata has "tensoracle.format".
+bool is_engine_file(const FileRef& file);
 
 // Removes `.<base>.engine.tmp-*` and `.<base>.json.tmp-*` (call with the entry's lock held:
 // then no writer of them is alive).
-void remove_temporaries(const std::filesystem::path& dir, const std::string& base) noexcept;
-// Removes temporaries of any file in `dir` whose last change is older than `age_ns`.
+void remove_temporaries(const CacheFolder& dir, const std::string& base) noexcept;
+// Removes temporaries of the cache's own files (entries, with `name_part` only of that name
+// part; the digest memo when `name_part` is empty) whose last change is older than `age_ns`.
+void remove_stale_temporaries(const CacheFolder& dir, std::int64_t age_ns, const std::string& name_part = {}) noexcept;
 void remove_stale_temporaries(const std::filesystem::path& dir, std::int64_t age_ns) noexcept;
 
-// options.cache_dir or default_cache_dir(), created when missing (IoError naming it).
-std::filesystem::path cache_folder(const std::filesystem::path& requested);
+// options.cache_dir or default_cache_dir(), created 0700 when missing, checked and opened
+// (CacheFolder::open: IoError naming it).
+CacheFolder cache_folder(const std::filesystem::path& requested);
 
 }  // namespace tensoracle::cache

@@ -44,7 +44,7 @@ const char* kind_of(mode_t mode) {
 
 void AtomicFile::check_replaceable() const {
   struct stat st {};
-  if (::lstat(dest_.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;  // absent (or unreadable: open says why)
+  if (::fstatat(dir_fd_, dest_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(st.st_mode)) return;  // absent (or unreadable: open says why)
   throw IoError("[" + component_ + "] " + dest_.string() + ": exists and is " + kind_of(st.st_mode) +
                     "; tensoracle replaces only regular files (a symbolic link is neither followed nor replaced): "
                     "remove it or write to another path",
@@ -60,11 +60,26 @@ AtomicFile::AtomicFile(std::filesystem::path destination, std::string component)
   if (dest_.filename().empty())
     throw IoError("[" + component_ + "] " + dest_.string() + ": not a file name", EISDIR,
                   dest_.string());
+  dest_name_ = dest_.string();
   check_replaceable();
+  create_temporary();
+}
+
+AtomicFile::AtomicFile(int dir_fd, std::string name, std::filesystem::path destination, std::string component)
+    : dest_(std::move(destination)), component_(std::move(component)), dir_fd_(dir_fd), dest_name_(std::move(name)) {
+  if (dest_name_.empty() || dest_name_.find('/') != std::string::npos)
+    throw IoError("[" + component_ + "] " + dest_.string() + ": not a file name", EISDIR, dest_.string());
+  check_replaceable();
+  create_temporary();
+}
+
+void AtomicFile::create_temporary() {
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
-    temp_ = folder_of(dest_) / (temporary_prefix(dest_) + std::to_string(::getpid()) + "-" +
-                                random_suffix());
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const std::string name = temporary_prefix(dest_) + std::to_string(::getpid()) + "-" + random_suffix();
+    temp_ = folder_of(dest_) / name;
+    temp_name_ = dir_fd_ == AT_FDCWD ? temp_.string() : name;
+    // O_EXCL: never through a link, never over another file.
+    fd_ = ::openat(dir_fd_, temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd_ < 0 && errno != EEXIST) throw_io_error(component_, "cannot create a file in its folder", dest_, errno);
   }
   if (fd_ < 0) throw_io_error(component_, "cannot create a temporary file", dest_, EEXIST);
@@ -78,7 +93,7 @@ void AtomicFile::discard() noexcept {
     fd_ = -1;
   }
   if (!temp_.empty()) {
-    ::unlink(temp_.c_str());
+    ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
     temp_.clear();
   }
 }
@@ -145,10 +160,10 @@ void AtomicFile::commit(Replace replace) {
       discard();
       throw;
     }
-    if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename the temporary file into place", errno);
+    if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, dest_name_.c_str()) != 0) fail("cannot rename the temporary file into place", errno);
   } else {
 #ifdef RENAME_NOREPLACE
-    int err = ::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_NOREPLACE) == 0 ? 0 : errno;
+    int err = ::renameat2(dir_fd_, temp_name_.c_str(), dir_fd_, dest_name_.c_str(), RENAME_NOREPLACE) == 0 ? 0 : errno;
 #else
     int err = ENOSYS;
 #endif
@@ -156,13 +171,14 @@ void AtomicFile::commit(Replace replace) {
     if (err != 0 && err != EINVAL && err != ENOSYS) fail("cannot rename the temporary file into place", err);
     if (err != 0) {
       // No RENAME_NOREPLACE here: link() refuses an existing name too.
-      if (::link(temp_.c_str(), dest_.c_str()) != 0)
+      if (::linkat(dir_fd_, temp_name_.c_str(), dir_fd_, dest_name_.c_str(), 0) != 0)
         fail(errno == EEXIST ? "already exists (not replaced)" : "cannot link the temporary file into place", errno);
-      ::unlink(temp_.c_str());
+      ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
     }
   }
   temp_.clear();  // now the destination: never unlink it
-  int dir = ::open(folder_of(dest_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = dir_fd_ == AT_FDCWD ? ::open(folder_of(dest_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                                : ::fcntl(dir_fd_, F_DUPFD_CLOEXEC, 0);
   if (dir < 0) throw_io_error(component_, "cannot open its folder to flush the rename", dest_, errno);
   int rc = ::fsync(dir);
   int err = errno;

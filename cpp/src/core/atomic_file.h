@@ -14,6 +14,8 @@
 //   out.commit();
 #pragma once
 
+#include <fcntl.h>
+
 #include <cstddef>
 #include <filesystem>
 #include <span>
@@ -25,6 +27,10 @@ class AtomicFile {
  public:
   // `component` prefixes error messages ("[safetensors] ...").
   AtomicFile(std::filesystem::path destination, std::string component);
+  // The file `name` of the open folder `dir_fd` (borrowed: it must outlive this object), every
+  // step relative to it (openat, renameat, unlinkat, fsync of `dir_fd`); `destination` names the
+  // file in messages. A link named `name` is replaced, never followed.
+  AtomicFile(int dir_fd, std::string name, std::filesystem::path destination, std::string component);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -52,10 +58,15 @@ class AtomicFile {
   void check_replaceable() const;  // IoError unless dest_ is absent or a regular file
   void discard() noexcept;
 
+  void create_temporary();
+
   std::filesystem::path dest_;
   std::filesystem::path temp_;
   std::string component_;
   int fd_ = -1;
+  // AT_FDCWD with whole paths, or the destination's folder with bare names.
+  int dir_fd_ = AT_FDCWD;
+  std::string dest_name_, temp_name_;
 };
 
 }  // namespace tensoracle::core

@@ -18,6 +18,8 @@ class MappedFile {
   // regular file). An empty file maps to an empty span. Opening never blocks on FIFOs.
   // `component` prefixes error messages ("[safetensors] ...").
   MappedFile(const std::filesystem::path& path, bool copy_on_write, std::string_view component);
+  // Maps the file open as `fd` (read-only; the caller keeps and closes it); `path` names it.
+  MappedFile(int fd, const std::filesystem::path& path, bool copy_on_write, std::string_view component);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -27,6 +29,8 @@ class MappedFile {
   const FileStat& stat() const noexcept { return stat_; }
 
  private:
+  void map(int fd, const std::filesystem::path& path, bool copy_on_write, std::string_view component);
+
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   FileStat stat_;
@@ -42,6 +46,8 @@ struct FileCopy {
   FileStat stat;  // what fstat said before reading
 };
 FileCopy read_file(const std::filesystem::path& path, std::string_view component);
+// The same for a file open (read-only) as `fd`, which the caller keeps and closes.
+FileCopy read_file(int fd, const std::filesystem::path& path, std::string_view component);
 
 // Throws IoError for a failed system call `what` on `path`, with errno's text.
 [[noreturn]] void throw_io_error(std::string_view component, const std::string& what,

@@ -138,33 +138,44 @@ void save_engine(std::span<const std::byte> bytes, const std::filesystem::path& 
 }
 
 Engine Engine::load(const std::filesystem::path& path) {
-  return runtime::EngineAccess::load_file(path, nullptr, /*map=*/false).engine;
+  return runtime::EngineAccess::load_file(path, nullptr).engine;
 }
 
 namespace runtime {
 
+namespace {
+
+LoadedEngine load_bytes(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                        const core::FileStat& stat, const std::filesystem::path& path,
+                        const std::function<bool(const core::FileStat&)>& skip_digest) {
+  const bool verify = !skip_digest || !skip_digest(stat);
+  return {Engine(open_state(bytes, path.string(), std::move(owner), verify)), stat, verify};
+}
+
+}  // namespace
+
 LoadedEngine EngineAccess::load_file(const std::filesystem::path& path,
-                                     const std::function<bool(const core::FileStat&)>& skip_digest, bool map) {
-  std::shared_ptr<const void> owner;
-  std::span<const std::byte> bytes;
-  core::FileStat stat;
+                                     const std::function<bool(const core::FileStat&)>& skip_digest) {
+  core::FileCopy copy;
   try {
-    if (map) {
-      auto mapped = std::make_shared<core::MappedFile>(path, false, "engine");
-      bytes = mapped->bytes();
-      stat = mapped->stat();
-      owner = std::shared_ptr<const void>(mapped, bytes.data());
-    } else {
-      auto copy = core::read_file(path, "engine");
-      bytes = {copy.data.get(), copy.size};
-      stat = copy.stat;
-      owner = std::shared_ptr<const void>(copy.data, copy.data.get());
-    }
+    copy = core::read_file(path, "engine");
   } catch (const FormatError& e) {
     throw CorruptEngineError(std::string(e.what()) + "; expected an engine file");
   }
-  const bool verify = !skip_digest || !skip_digest(stat);
-  return {Engine(open_state(bytes, path.string(), std::move(owner), verify)), stat, verify};
+  const std::span<const std::byte> bytes{copy.data.get(), copy.size};
+  return load_bytes(bytes, std::shared_ptr<const void>(copy.data, copy.data.get()), copy.stat, path, skip_digest);
+}
+
+LoadedEngine EngineAccess::load_fd(int fd, const std::filesystem::path& path,
+                                   const std::function<bool(const core::FileStat&)>& skip_digest) {
+  std::shared_ptr<core::MappedFile> map;
+  try {
+    map = std::make_shared<core::MappedFile>(fd, path, false, "engine");
+  } catch (const FormatError& e) {
+    throw CorruptEngineError(std::string(e.what()) + "; expected an engine file");
+  }
+  const auto bytes = map->bytes();
+  return load_bytes(bytes, std::shared_ptr<const void>(map, bytes.data()), map->stat(), path, skip_digest);
 }
 
 }  // namespace runtime

@@ -18,15 +18,20 @@ struct LoadedEngine {
 };
 
 struct EngineAccess {
-  // Opens `path` like Engine::load. `skip_digest` (may be empty) is asked with fstat's record
-  // of the file that was opened — not of whatever the path names later — and returns true to
-  // skip the digest pass; the format version, target and plan are checked either way.
-  // `map` = true maps the file instead of reading it into memory: only for files that nobody
-  // rewrites in place (the cache's own entries, which are only ever replaced by rename in a
-  // folder of the user's own): a mapped file truncated or rewritten in place would fault or
-  // change the running engine's weights. Throws as Engine::load.
+  // Engine::load: reads `path` into memory (a private copy: rewriting or truncating the file
+  // later cannot change or fault the engine). `skip_digest` (may be empty) is asked with
+  // fstat's record of the file that was read — not of whatever the path names later — and
+  // returns true to skip the digest pass; the format version, target and plan are checked
+  // either way. Throws as Engine::load.
   static LoadedEngine load_file(const std::filesystem::path& path,
-                                const std::function<bool(const core::FileStat&)>& skip_digest, bool map);
+                                const std::function<bool(const core::FileStat&)>& skip_digest);
+  // The same for a file already open (read-only) as `fd`, which the caller keeps and closes;
+  // `path` names it in messages. Maps the file instead of copying it: only for files nobody
+  // rewrites in place (the cache's own entries, only ever replaced by rename in a folder of
+  // the user's own), since a mapped file truncated or rewritten in place would fault or change
+  // the running engine's weights.
+  static LoadedEngine load_fd(int fd, const std::filesystem::path& path,
+                              const std::function<bool(const core::FileStat&)>& skip_digest);
 };
 
 }  // namespace tensoracle::runtime
