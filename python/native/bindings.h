@@ -19,6 +19,11 @@ void bind_convert(nanobind::module_& m);
 void bind_compare(nanobind::module_& m);
 void bind_plugins(nanobind::module_& m);
 
+// The Python object for the network the builder lends to a graph function. It shares the
+// builder's ownership of the network (builder.h), and every layer or tensor taken from it keeps
+// it alive (reference_internal), so what a graph function keeps stays valid after the build.
+nanobind::object network_for_graph(Network& net);
+
 // Plugin fields from Python: a dict {name: value} or PluginField-like objects (.name, .data,
 // .type or None); values are NumPy arrays, numbers, str or bytes. Without a type, the
 // registered creator's schema decides (plugin_bindings.cpp).

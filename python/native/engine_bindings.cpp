@@ -143,9 +143,8 @@ void bind_engine(nb::module_& m) {
   m.def(
       "build_serialized_engine",
       [](nb::callable graph, const EngineBuild& decl, const std::vector<std::filesystem::path>& paths) {
-        // The network is lent to the graph function for the duration of the call (as
-        // TensorRT's builder lends its INetworkDefinition): do not keep it afterwards.
-        auto call = [&](Network& net) { graph(nb::cast(&net, nb::rv_policy::reference)); };
+        // The graph function may keep the network, its layers and tensors: they stay valid.
+        auto call = [&](Network& net) { graph(network_for_graph(net)); };
         auto bytes = build_serialized_engine(call, decl, paths);
         return nb::bytes(bytes.data(), bytes.size());
       },
