@@ -69,7 +69,7 @@ void bind_cache(nb::module_& m) {
       .def_ro("path", &EngineHandle::path)
       .def_ro("identity", &EngineHandle::identity)
       .def_ro("built", &EngineHandle::built, "True when this call built the engine (the graph function ran)")
-      .def("create_execution", &EngineHandle::create_execution)
+      .def("create_execution", [](const EngineHandle& h) { return PyExecution(h.create_execution()); })
       .def("__repr__", [](const EngineHandle& h) {
         return "EngineHandle(path='" + h.path.string() + "', identity='" + h.identity +
                "', built=" + (h.built ? "True" : "False") + ")";

@@ -1,5 +1,6 @@
-"""Lifetimes from Python that must not crash (issue 30): networks, layers and tensors a graph
-function keeps stay valid after the build.
+"""Lifetimes and misuse from Python that must not crash (issue 30): networks, layers and
+tensors a graph function keeps stay valid after the build; arrays bound to an execution stay
+alive while bound; wrong arguments raise Python errors that say what was expected.
 
 Cases that crashed the interpreter before run in a subprocess, so that the suite survives and
 reports them."""
@@ -10,6 +11,7 @@ import gc
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import numpy as np
 import pytest
@@ -204,3 +206,103 @@ def test_python_created_network_outlives_its_name_only_through_its_objects():
     layer = make()
     gc.collect()
     assert layer.get_input(0).name == "x" and layer.type == trt.LayerType.UNARY
+
+
+# ---- executions keep the arrays bound to them ------------------------------------------------------
+
+
+def double_engine():
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, 4))
+        y = net.add_elementwise(x, x, trt.ElementWiseOperation.SUM).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.ranged((1, 4), (2, 4), (8, 4))},
+                                  tensoracle.BuilderSettings(device="cpu", optimization_level=0))
+    return tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return double_engine()
+
+
+def test_bound_arrays_live_while_they_are_bound(engine):
+    ex = engine.create_execution()
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.zeros((3, 4), np.float32)
+    x_alive, y_alive = weakref.ref(x), weakref.ref(y)
+    expected = 2 * x
+    ex.set_tensor_address("x", x)
+    ex.set_tensor_address("y", y)
+    del x, y
+    gc.collect()
+    assert x_alive() is not None and y_alive() is not None, "the execution let a bound array go"
+    ex.enqueue()
+    np.testing.assert_array_equal(y_alive(), expected)
+    # Binding something else to a tensor lets the previous array go.
+    ex.set_tensor_address("y", np.zeros((3, 4), np.float32))
+    gc.collect()
+    assert y_alive() is None
+    ex.set_tensor_address("x", 0)  # a raw address: the caller's business
+    gc.collect()
+    assert x_alive() is None
+
+
+def test_bound_arrays_are_released_with_the_execution(engine):
+    ex = engine.create_execution()
+    x = np.ones((2, 4), np.float32)
+    alive = weakref.ref(x)
+    ex.set_tensor_address("x", x)
+    del x, ex
+    gc.collect()
+    assert alive() is None
+
+
+def test_read_only_arrays_bind_as_inputs_and_are_refused_as_outputs(engine):
+    ex = engine.create_execution()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    x.setflags(write=False)
+    y = np.zeros((2, 4), np.float32)
+    ex.set_tensor_address("x", x)
+    ex.set_tensor_address("y", y)
+    ex.enqueue()
+    np.testing.assert_array_equal(y, 2 * x)
+    y.setflags(write=False)
+    with pytest.raises(tensoracle.InvalidArgument, match=r"set_tensor_address\('y'\): the array is read-only"):
+        ex.set_tensor_address("y", y)
+
+
+# ---- wrong arguments: Python errors that name the parameter --------------------------------------------
+
+
+def test_run_refuses_keys_that_are_not_names(engine):
+    ex = engine.create_execution()
+    with pytest.raises(TypeError, match=r"run\(inputs\): keys are input names \(str\); got int"):
+        ex.run({1: np.ones((2, 4), np.float32)})
+
+
+@pytest.mark.parametrize("address", [-1, 2**64, -(2**70), True])
+def test_set_tensor_address_refuses_ints_that_are_not_addresses(engine, address):
+    ex = engine.create_execution()
+    with pytest.raises(tensoracle.InvalidArgument, match=r"set_tensor_address\('x'\): address .* is not an address"):
+        ex.set_tensor_address("x", address)
+
+
+@pytest.mark.parametrize("stream", [-1, 2**64])
+def test_enqueue_refuses_ints_that_are_not_streams(engine, stream):
+    ex = engine.create_execution()
+    with pytest.raises(tensoracle.InvalidArgument, match=r"stream: .* is not a cudaStream_t"):
+        ex.enqueue(stream)
+
+
+def test_plugin_fields_of_the_wrong_type_raise_type_errors():
+    net = tensoracle.Network()
+    x = net.add_input("x", trt.float32, (2,))
+    with pytest.raises(TypeError, match=r"add_plugin\(fields\): field names are str; got int"):
+        net.add_plugin("any", "1", [x], {1: 2})
+    with pytest.raises(TypeError, match=r"add_plugin\(fields\): field 'a': type is a PluginFieldType or None; got str"):
+        net.add_plugin("any", "1", [x], [tensoracle.PluginField("a", np.int32(1), "int32")])
+    with pytest.raises(TypeError, match=r"add_plugin\(fields\): expected a dict \{name: value\} or PluginField objects"):
+        net.add_plugin("any", "1", [x], 5)
