@@ -2,10 +2,14 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "tensoracle/engine.h"
 #include "tensoracle/network.h"
 
 namespace tensoracle::python {
@@ -18,6 +22,19 @@ void bind_cache(nanobind::module_& m);
 void bind_convert(nanobind::module_& m);
 void bind_compare(nanobind::module_& m);
 void bind_plugins(nanobind::module_& m);
+
+// An Execution as Python holds it: the arrays bound to its tensors with set_tensor_address are
+// kept here while they are bound, so that freeing them in Python cannot leave the execution
+// with a dangling address (engine_bindings.cpp). Engine.create_execution makes them.
+struct PyExecution : Execution {
+  explicit PyExecution(Execution e) : Execution(std::move(e)) {}
+  std::map<std::string, nanobind::ndarray<nanobind::ro>, std::less<>> bound;
+};
+
+// The Python object for the network the builder lends to a graph function. It shares the
+// builder's ownership of the network (builder.h), and every layer or tensor taken from it keeps
+// it alive (reference_internal), so what a graph function keeps stays valid after the build.
+nanobind::object network_for_graph(Network& net);
 
 // Plugin fields from Python: a dict {name: value} or PluginField-like objects (.name, .data,
 // .type or None); values are NumPy arrays, numbers, str or bytes. Without a type, the

@@ -69,7 +69,7 @@ void bind_cache(nb::module_& m) {
       .def_ro("path", &EngineHandle::path)
       .def_ro("identity", &EngineHandle::identity)
       .def_ro("built", &EngineHandle::built, "True when this call built the engine (the graph function ran)")
-      .def("create_execution", &EngineHandle::create_execution)
+      .def("create_execution", [](const EngineHandle& h) { return PyExecution(h.create_execution()); })
       .def("__repr__", [](const EngineHandle& h) {
         return "EngineHandle(path='" + h.path.string() + "', identity='" + h.identity +
                "', built=" + (h.built ? "True" : "False") + ")";
@@ -102,12 +102,12 @@ void bind_cache(nb::module_& m) {
         OpenOptions o = options(std::move(name), std::move(graph_version), std::move(weights), std::move(io),
                                 std::move(plugins), force_rebuild, std::move(device), std::move(cache_dir));
         // Hashing, waiting for another builder's lock and reading run without the GIL (other
-        // Python threads may be opening engines too); the graph function takes it back. The
-        // network is lent to it for the duration of the call: do not keep it afterwards.
+        // Python threads may be opening engines too); the graph function takes it back. It may
+        // keep the network, its layers and tensors: they stay valid.
         const nb::callable* fn = &graph;
         auto call = [fn](Network& net) {
           nb::gil_scoped_acquire acquire;
-          (*fn)(nb::cast(&net, nb::rv_policy::reference));
+          (*fn)(network_for_graph(net));
         };
         nb::gil_scoped_release release;
         return open_engine(call, declaration, o);

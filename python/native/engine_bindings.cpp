@@ -40,20 +40,34 @@ std::optional<DataType> dlpack_type(const nb::dlpack::dtype& d) {
   return std::nullopt;
 }
 
-// set_tensor_address with an int (a raw address) or a tensor that speaks DLPack (PyTorch, CuPy,
-// JAX, NumPy): checked against the engine's tensor (type, C-contiguity, device), and for an
-// input its shape becomes the input's shape. The caller keeps the tensor alive while it is bound.
-void bind_address(Execution& e, const std::string& name, nb::handle obj) {
+// A Python int that fits a pointer (0 .. 2**64 - 1), else InvalidArgument: "<what><value> is not
+// <expected> (an int in 0..2**64-1)". True and False are ints to Python, not addresses.
+void* pointer_of(nb::handle obj, const std::string& what, const char* expected) {
+  std::uintptr_t value = 0;
+  if (PyBool_Check(obj.ptr()) || !nb::try_cast(obj, value))
+    throw InvalidArgument(what + nb::cast<std::string>(nb::repr(obj)) + " is not " + expected + " (an int in 0..2**" +
+                          std::to_string(8 * sizeof(void*)) + "-1)");
+  return reinterpret_cast<void*>(value);
+}
+
+// set_tensor_address with an int (a raw address: the caller keeps its memory alive) or a tensor
+// that speaks DLPack (PyTorch, CuPy, JAX, NumPy): checked against the engine's tensor (type,
+// C-contiguity, device; an output must be writable), and for an input its shape becomes the
+// input's shape. The execution keeps a tensor alive while it is bound.
+void bind_address(PyExecution& e, const std::string& name, nb::handle obj) {
+  const std::string what = "[execution] set_tensor_address('" + name + "'): ";
   if (nb::isinstance<nb::int_>(obj)) {
-    e.set_tensor_address(name, reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj)));
+    e.set_tensor_address(name, pointer_of(obj, what + "address ", "an address"));
+    if (auto it = e.bound.find(name); it != e.bound.end()) e.bound.erase(it);
     return;
   }
   const IOTensorInfo& info = e.engine().io_tensor(name);
-  nb::ndarray<> arr;
+  nb::ndarray<nb::ro> arr;  // an input is only read: read-only arrays are fine
   if (!nb::try_cast(obj, arr))
-    throw InvalidArgument("[execution] set_tensor_address('" + name + "'): expected an int address or a tensor with DLPack "
-                          "support (PyTorch, CuPy, JAX, NumPy); got " + type_of(obj));
-  const std::string what = "[execution] set_tensor_address('" + name + "'): ";
+    throw InvalidArgument(what + "expected an int address or a tensor with DLPack support (PyTorch, CuPy, JAX, NumPy); got " +
+                          type_of(obj));
+  if (nb::ndarray<> writable; info.mode == TensorIOMode::kOUTPUT && !nb::try_cast(obj, writable))
+    throw InvalidArgument(what + "the array is read-only; the engine writes its output there (pass a writable array)");
   auto type = dlpack_type(arr.dtype());
   if (!type || *type != info.type)
     throw InvalidArgument(what + "the tensor's dtype is " + (type ? std::string(type_name(*type)) : std::string("not one tensoracle has")) +
@@ -82,16 +96,18 @@ void bind_address(Execution& e, const std::string& name, nb::handle obj) {
       throw InvalidArgument(what + "the tensor's shape " + dims.str() + " is not the output's shape " + need.str() +
                             " at the current input shapes");
   }
-  e.set_tensor_address(name, arr.data());
+  e.set_tensor_address(name, const_cast<void*>(arr.data()));
+  e.bound.insert_or_assign(name, std::move(arr));
 }
 
 // A stream argument: an int (cudaStream_t), None, or a stream object (torch.cuda.Stream's
 // cuda_stream, CuPy's ptr).
 void* stream_of(nb::handle obj) {
   if (obj.is_none()) return nullptr;
-  if (nb::isinstance<nb::int_>(obj)) return reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj));
+  const std::string what = "[execution] stream: ";
+  if (nb::isinstance<nb::int_>(obj)) return pointer_of(obj, what, "a cudaStream_t");
   for (const char* attr : {"cuda_stream", "ptr"})
-    if (nb::hasattr(obj, attr)) return reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj.attr(attr)));
+    if (nb::hasattr(obj, attr)) return pointer_of(obj.attr(attr), what + type_of(obj) + "." + attr + " = ", "a cudaStream_t");
   throw InvalidArgument("[execution] stream: expected an int (cudaStream_t), None, or a stream object (torch.cuda.Stream, "
                         "cupy.cuda.Stream); got " + type_of(obj));
 }
@@ -143,9 +159,8 @@ void bind_engine(nb::module_& m) {
   m.def(
       "build_serialized_engine",
       [](nb::callable graph, const EngineBuild& decl, const std::vector<std::filesystem::path>& paths) {
-        // The network is lent to the graph function for the duration of the call (as
-        // TensorRT's builder lends its INetworkDefinition): do not keep it afterwards.
-        auto call = [&](Network& net) { graph(nb::cast(&net, nb::rv_policy::reference)); };
+        // The graph function may keep the network, its layers and tensors: they stay valid.
+        auto call = [&](Network& net) { graph(network_for_graph(net)); };
         auto bytes = build_serialized_engine(call, decl, paths);
         return nb::bytes(bytes.data(), bytes.size());
       },
@@ -183,14 +198,14 @@ void bind_engine(nb::module_& m) {
       .def_ro("inputs", &LayerInfo::inputs)
       .def_ro("output", &LayerInfo::output);
 
-  nb::class_<Execution>(m, "Execution", "One execution context: activation memory, shapes and bindings")
+  nb::class_<PyExecution>(m, "Execution", "One execution context: activation memory, shapes and bindings")
       .def("set_input_shape", &Execution::set_input_shape, nb::arg("name"), nb::arg("shape"))
       .def("get_tensor_shape", &Execution::tensor_shape, nb::arg("name"))
       .def("set_tensor_address", &bind_address, nb::arg("name"), nb::arg("address"),
            "Binds an int address or a DLPack tensor (PyTorch, CuPy, NumPy) to an input or output")
       .def(
           "enqueue",
-          [](Execution& e, nb::handle stream) {
+          [](PyExecution& e, nb::handle stream) {
             void* s = stream_of(stream);
             nb::gil_scoped_release release;
             e.enqueue(s);
@@ -199,7 +214,7 @@ void bind_engine(nb::module_& m) {
           "Runs the engine on the bound buffers (CPU: to completion; CUDA: queued on the stream)")
       .def(
           "execute_async_v3",
-          [](Execution& e, nb::handle stream) {
+          [](PyExecution& e, nb::handle stream) {
             void* s = stream_of(stream);
             nb::gil_scoped_release release;
             e.enqueue(s);
@@ -210,10 +225,12 @@ void bind_engine(nb::module_& m) {
                    "CUDA: replay repeated enqueues of unchanged shapes and addresses as a CUDA graph (default True)")
       .def(
           "run",
-          [](Execution& e, const nb::dict& inputs) {
+          [](PyExecution& e, const nb::dict& inputs) {
             std::vector<ArrayView> keep;
             std::map<std::string, HostTensorView> views;
             for (auto [k, v] : inputs) {
+              if (!nb::isinstance<nb::str>(k))
+                throw nb::type_error(("[execution] run(inputs): keys are input names (str); got " + type_of(k)).c_str());
               std::string name = nb::cast<std::string>(k);
               keep.push_back(array_view(v, "input '" + name + "'"));
               views[name] = {keep.back().type, keep.back().dims, keep.back().data};
@@ -261,8 +278,9 @@ void bind_engine(nb::module_& m) {
       .def_prop_ro("activation_bytes", &Engine::activation_bytes)
       .def_prop_ro("naive_activation_bytes", &Engine::naive_activation_bytes)
       .def_prop_ro("weight_bytes", &Engine::weight_bytes)
-      .def("create_execution", &Engine::create_execution)
-      .def("create_execution_context", &Engine::create_execution, "TensorRT's name for create_execution");
+      .def("create_execution", [](const Engine& e) { return PyExecution(e.create_execution()); })
+      .def("create_execution_context", [](const Engine& e) { return PyExecution(e.create_execution()); },
+           "TensorRT's name for create_execution");
 }
 
 }  // namespace tensoracle::python

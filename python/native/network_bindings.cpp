@@ -1,7 +1,10 @@
 // Bindings of tensoracle/network.h with TensorRT's Python names (add_input, get_output(0),
 // tensor.name, layer.reshape_dims, ...). Layers and tensors are owned by their Network; Python
-// objects referring to them keep the Network alive.
+// objects referring to them keep the Network's Python object alive (every binding that returns
+// a layer or a tensor uses kRef), and that object owns the Network: one made in Python owns it
+// outright, one lent to a graph function shares the builder's shared_ptr (network_for_graph).
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -59,6 +62,11 @@ Weights optional_weights(nb::handle h, const std::string& what) {
 }
 
 }  // namespace
+
+nb::object network_for_graph(Network& net) {
+  // shared_from_this: the builder always owns the network it lends through a shared_ptr.
+  return nb::cast(net.shared_from_this());
+}
 
 void bind_network(nb::module_& m) {
   nb::enum_<DataType>(m, "DataType")

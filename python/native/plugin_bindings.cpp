@@ -94,19 +94,35 @@ std::vector<PluginField> plugin_fields_from(nb::handle fields, const std::string
   if (fields.is_none()) return out;
   auto one = [&](const std::string& field, nb::handle data, nb::handle type) {
     std::optional<PluginFieldType> t;
-    if (!type.is_none()) t = nb::cast<PluginFieldType>(type);
-    else t = schema_type(ns, name, version, field);
+    if (PluginFieldType given; !type.is_none()) {
+      if (!nb::try_cast(type, given))
+        throw nb::type_error(("[network] add_plugin(fields): field '" + field + "': type is a PluginFieldType or None; got " +
+                              nb::cast<std::string>(nb::str(type.type().attr("__name__"))))
+                                 .c_str());
+      t = given;
+    } else {
+      t = schema_type(ns, name, version, field);
+    }
     out.push_back(field_of(field, data, t));
   };
+  auto field_name = [](nb::handle n) {
+    if (!nb::isinstance<nb::str>(n))
+      throw nb::type_error(("[network] add_plugin(fields): field names are str; got " +
+                            nb::cast<std::string>(nb::str(n.type().attr("__name__"))))
+                               .c_str());
+    return nb::cast<std::string>(n);
+  };
   if (nb::isinstance<nb::dict>(fields)) {
-    for (auto [k, v] : nb::borrow<nb::dict>(fields)) one(nb::cast<std::string>(k), v, nb::none());
+    for (auto [k, v] : nb::borrow<nb::dict>(fields)) one(field_name(k), v, nb::none());
     return out;
   }
   // PluginFieldCollection / a list of PluginField(name, data, type).
+  if (!nb::isinstance<nb::iterable>(fields))
+    throw nb::type_error("[network] add_plugin(fields): expected a dict {name: value} or PluginField objects");
   for (nb::handle f : fields) {
     if (!nb::hasattr(f, "name") || !nb::hasattr(f, "data"))
       throw InvalidArgument("[network] add_plugin: fields must be a dict {name: value} or PluginField objects");
-    one(nb::cast<std::string>(f.attr("name")), f.attr("data"), nb::hasattr(f, "type") ? f.attr("type") : nb::none());
+    one(field_name(f.attr("name")), f.attr("data"), nb::hasattr(f, "type") ? f.attr("type") : nb::none());
   }
   return out;
 }

@@ -7,8 +7,11 @@
 //       [&](tensoracle::Network& net) { /* add_input, add_matrix_multiply, mark_output ... */ },
 //       decl);
 //
-// The graph function is called once, with an empty Network that lives for the duration of the
-// call. The builder validates the declaration against the network (InvalidArgument), runs its
+// The graph function is called once, with an empty Network. The builder holds it in a
+// std::shared_ptr and drops its reference when it returns: a caller that needs the network
+// afterwards takes a share of it with network.shared_from_this() (the Python binding does, so
+// that networks, layers and tensors a Python graph function keeps stay valid); any other
+// reference must not outlive the call. The builder validates the declaration against the network (InvalidArgument), runs its
 // passes (dead code, constant folding, pointwise fusion), picks a tactic per node on the
 // chosen backend, plans activation memory, and serialises everything into one engine file
 // (see engine.h). A network the backend cannot run raises BuildError.

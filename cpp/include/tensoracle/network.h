@@ -16,7 +16,10 @@
 // leave the layer unchanged when they throw.
 //
 // The Network owns its layers and tensors: pointers stay valid until the Network is
-// destroyed. A Network is not thread-safe; build it on one thread.
+// destroyed. A Network is not thread-safe; build it on one thread. The builder owns the
+// network it lends to a graph function through a std::shared_ptr, so that a language binding
+// may share that ownership (weak_from_this().lock()) and keep the network, its layers and its
+// tensors valid for as long as its own objects refer to them (Python does).
 #pragma once
 
 #include <array>
@@ -439,7 +442,7 @@ class PluginLayer : public Layer {
 
 // ---- the network ------------------------------------------------------------------------
 
-class Network {
+class Network : public std::enable_shared_from_this<Network> {
  public:
   Network();
   ~Network();

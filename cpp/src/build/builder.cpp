@@ -92,7 +92,9 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   load_plugin_libraries(plugins);  // before the graph function, which may add plugin layers
   const runtime::Backend& backend = runtime::backend_for(decl.settings.device);
 
-  Network net;
+  // Shared, so that the graph function may keep the network beyond this call (builder.h).
+  const auto owned = std::make_shared<Network>();
+  Network& net = *owned;
   graph_fn(net);
   net.validate();
   auto profile = check_declaration(net, decl);
