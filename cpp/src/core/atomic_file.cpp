@@ -44,7 +44,7 @@ const char* kind_of(mode_t mode) {
 
 void AtomicFile::check_replaceable() const {
   struct stat st {};
-  if (::fstatat(dir_fd_, dest_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(st.st_mode)) return;  // absent (or unreadable: open says why)
+  if (::lstat(dest_.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;  // absent (or unreadable: open says why)
   throw IoError("[" + component_ + "] " + dest_.string() + ": exists and is " + kind_of(st.st_mode) +
                     "; tensoracle replaces only regular files (a symbolic link is neither followed nor replaced): "
                     "remove it or write to another path",
@@ -69,7 +69,6 @@ AtomicFile::AtomicFile(int dir_fd, std::string name, std::filesystem::path desti
     : dest_(std::move(destination)), component_(std::move(component)), dir_fd_(dir_fd), dest_name_(std::move(name)) {
   if (dest_name_.empty() || dest_name_.find('/') != std::string::npos)
     throw IoError("[" + component_ + "] " + dest_.string() + ": not a file name", EISDIR, dest_.string());
-  check_replaceable();
   create_temporary();
 }
 
@@ -155,7 +154,7 @@ void AtomicFile::commit(Replace replace) {
   if (::close(fd) != 0) fail("cannot close", errno);
   if (replace == Replace::kYes) {
     try {
-      check_replaceable();  // again: the destination may have changed while the data was written
+      if (dir_fd_ == AT_FDCWD) check_replaceable();  // again: the destination may have changed meanwhile
     } catch (...) {
       discard();
       throw;

@@ -29,7 +29,9 @@ class AtomicFile {
   AtomicFile(std::filesystem::path destination, std::string component);
   // The file `name` of the open folder `dir_fd` (borrowed: it must outlive this object), every
   // step relative to it (openat, renameat, unlinkat, fsync of `dir_fd`); `destination` names the
-  // file in messages. A link named `name` is replaced, never followed.
+  // file in messages. Whatever is named `name` is replaced, a link included, never followed:
+  // for the engine cache, whose folder is the user's own and whose files are its own (the
+  // path form above refuses anything but a regular file at a path the user named).
   AtomicFile(int dir_fd, std::string name, std::filesystem::path destination, std::string component);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;

@@ -143,16 +143,12 @@ Engine Engine::load(const std::filesystem::path& path) {
 
 namespace runtime {
 
-namespace {
-
-LoadedEngine load_bytes(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
-                        const core::FileStat& stat, const std::filesystem::path& path,
-                        const std::function<bool(const core::FileStat&)>& skip_digest) {
+LoadedEngine EngineAccess::load_bytes(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                                      const core::FileStat& stat, const std::filesystem::path& path,
+                                      const std::function<bool(const core::FileStat&)>& skip_digest) {
   const bool verify = !skip_digest || !skip_digest(stat);
   return {Engine(open_state(bytes, path.string(), std::move(owner), verify)), stat, verify};
 }
-
-}  // namespace
 
 LoadedEngine EngineAccess::load_file(const std::filesystem::path& path,
                                      const std::function<bool(const core::FileStat&)>& skip_digest) {

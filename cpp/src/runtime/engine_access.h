@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <span>
 
 #include "core/file_stat.h"
 #include "tensoracle/engine.h"
@@ -13,7 +15,7 @@ namespace tensoracle::runtime {
 
 struct LoadedEngine {
   Engine engine;
-  core::FileStat stat;   // of the file that was mapped
+  core::FileStat stat;   // of the file that was read or mapped
   bool digest_checked;   // false when skip_digest said so
 };
 
@@ -32,6 +34,11 @@ struct EngineAccess {
   // the running engine's weights.
   static LoadedEngine load_fd(int fd, const std::filesystem::path& path,
                               const std::function<bool(const core::FileStat&)>& skip_digest);
+
+ private:
+  static LoadedEngine load_bytes(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                                 const core::FileStat& stat, const std::filesystem::path& path,
+                                 const std::function<bool(const core::FileStat&)>& skip_digest);
 };
 
 }  // namespace tensoracle::runtime
