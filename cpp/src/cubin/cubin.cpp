@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 #include "core/module_folder.h"
 #include "core/sha256.h"
@@ -296,7 +297,7 @@ Manifest verify(const std::filesystem::path& where, std::vector<std::string>& pr
   const auto bytes = read_all(path);
   Manifest m;
   try {
-    const json j = json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    const json j = core::parse_untrusted(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     if (j.at("format") != "tensoracle.cubins/1") throw FormatError("it is not a tensoracle.cubins/1 manifest");
     m.source = j.at("source").get<std::string>();
     m.source_sha256 = j.at("source_sha256").get<std::string>();
