@@ -420,8 +420,13 @@ const Backend& cpu_backend() {
 namespace {
 
 // Runs node `n` once on host buffers with a workspace of its own.
+// Runs `n` in-process on the CPU backend's default kernel: `n` may be a node of another
+// backend's engine (a shape tensor computed on the host for a CUDA engine), whose tactic names
+// that backend's kernel.
 void run_on_host(const graph::Graph& g, const graph::Node& n, std::span<const Buffer> in, const Buffer& out) {
-  auto kernel = cpu_backend().instantiate(g, n);
+  graph::Node host = n;
+  host.tactic.clear();
+  auto kernel = cpu_backend().instantiate(g, host);
   std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
   void* wsp = ws.data();
   std::size_t space = ws.size();
