@@ -5,10 +5,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "core/numeric.h"
 #include "nlohmann/json.hpp"
@@ -1479,4 +1481,107 @@ TEST(Cuda, APluginWithoutACudaImplementationIsABuildErrorNamingLayerAndBackend) 
     EXPECT_NE(m.find("layer 'plugin_1"), std::string::npos) << m;
     EXPECT_NE(m.find("no CUDA implementation"), std::string::npos) << m;
   }
+}
+
+// Executions of one engine on four threads, each with its own stream and device buffers:
+// eagerly, then replaying its CUDA graph, and through run() with host arrays; every result
+// equals the one-thread result bit for bit. The network mixes the backend's kinds of kernels:
+// convolutions (cuDNN where it is there), a GEMM (cuBLASLt), shuffles, a softmax and a reduction.
+TEST(Cuda, ExecutionsOnManyThreadsAndStreamsMatchOneThread) {
+  static const std::vector<float> w = uniform(16 * 16 * 9, -0.2f, 0.2f, 7), b = uniform(16, -0.1f, 0.1f, 8),
+                                  m = uniform(16 * 144 * 64, -0.05f, 0.05f, 9);
+  auto graph = [&](Network& net) {
+    Tensor* t = net.add_input("x", DataType::kFLOAT, {2, 16, 12, 12});
+    for (int i = 0; i < 2; ++i) {
+      auto* l = net.add_convolution_nd(t, 16, {3, 3}, Weights(DataType::kFLOAT, w.data(), 16 * 16 * 9, nullptr),
+                                       Weights(DataType::kFLOAT, b.data(), 16, nullptr));
+      ConvolutionParams p = l->get();
+      p.pre_padding = p.post_padding = {1, 1};
+      l->set(p);
+      t = net.add_activation(l->get_output(0), ActivationType::kRELU)->get_output(0);
+    }
+    auto* flat = net.add_shuffle(t);
+    flat->set_reshape_dims(Dims{2, 16 * 144});
+    auto* c = net.add_constant({16 * 144, 64}, Weights(DataType::kFLOAT, m.data(), 16 * 144 * 64, nullptr))->get_output(0);
+    auto* y = net.add_matrix_multiply(flat->get_output(0), MatrixOperation::kNONE, c, MatrixOperation::kNONE)->get_output(0);
+    y = net.add_softmax(y)->get_output(0);
+    y->set_name("y");
+    net.mark_output(y);
+    auto* s = net.add_reduce(t, ReduceOperation::kSUM, 0x6, false)->get_output(0);
+    s->set_name("s");
+    net.mark_output(s);
+  };
+  const Dims dims{2, 16, 12, 12};
+  Engine e = Engine::deserialize(fixed_engine(graph, dims, "cuda:0", 3));
+  constexpr int kThreads = 4, kRounds = 200;
+  const std::size_t in_n = static_cast<std::size_t>(dims.volume());
+  std::size_t y_n = 0, s_n = 0;
+  std::vector<std::vector<float>> inputs, expected_y, expected_s;
+  {
+    auto x = e.create_execution();
+    x.set_input_shape("x", dims);
+    y_n = static_cast<std::size_t>(x.tensor_shape("y").volume());  // [2, 64]
+    s_n = static_cast<std::size_t>(x.tensor_shape("s").volume());  // [2, 12]: the sum over axes 1 and 2
+    ASSERT_EQ(y_n, 2u * 64);
+    ASSERT_EQ(s_n, 2u * 12);
+    for (int t = 0; t < kThreads; ++t) {
+      inputs.push_back(uniform(in_n, -1.f, 1.f, 300u + static_cast<unsigned>(t)));
+      auto out = x.run({{"x", {DataType::kFLOAT, dims, inputs.back().data()}}});
+      const auto* y = reinterpret_cast<const float*>(out.at("y").data.get());
+      const auto* s = reinterpret_cast<const float*>(out.at("s").data.get());
+      expected_y.emplace_back(y, y + y_n);
+      expected_s.emplace_back(s, s + s_n);
+    }
+  }
+  std::atomic<int> wrong{0}, failed{0};
+  std::string first_wrong;  // written by the first thread to see a wrong result
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      const auto i = static_cast<std::size_t>(t);
+      try {
+        auto x = e.create_execution();
+        cudaStream_t stream;
+        if (cudaStreamCreate(&stream) != cudaSuccess) return void(++failed);
+        DeviceBuffer dx(in_n * 4), dy(y_n * 4), ds(s_n * 4);
+        x.set_input_shape("x", dims);
+        x.set_tensor_address("x", dx.p);
+        x.set_tensor_address("y", dy.p);
+        x.set_tensor_address("s", ds.p);
+        std::vector<float> y(y_n), s(s_n);
+        for (int r = 0; r < kRounds; ++r) {
+          cudaMemcpyAsync(dx.p, inputs[i].data(), in_n * 4, cudaMemcpyHostToDevice, stream);
+          x.enqueue(stream);  // eager at first, then a replayed graph
+          cudaMemcpyAsync(y.data(), dy.p, y_n * 4, cudaMemcpyDeviceToHost, stream);
+          cudaMemcpyAsync(s.data(), ds.p, s_n * 4, cudaMemcpyDeviceToHost, stream);
+          if (cudaStreamSynchronize(stream) != cudaSuccess) return void(++failed);
+          if (y != expected_y[i] || s != expected_s[i]) {
+            if (wrong++ == 0) {
+              float dy = 0, ds = 0;
+              for (std::size_t k = 0; k < y_n; ++k) dy = std::max(dy, std::fabs(y[k] - expected_y[i][k]));
+              for (std::size_t k = 0; k < s_n; ++k) ds = std::max(ds, std::fabs(s[k] - expected_s[i][k]));
+              first_wrong = "thread " + std::to_string(t) + " round " + std::to_string(r) + ": max |dy| " +
+                            std::to_string(dy) + ", max |ds| " + std::to_string(ds) + ", y[0] " + std::to_string(y[0]) +
+                            " want " + std::to_string(expected_y[i][0]);
+            }
+          }
+          // Scribble over the outputs: a run that wrote nothing would otherwise pass.
+          cudaMemsetAsync(dy.p, 0xff, y_n * 4, stream);
+          cudaMemsetAsync(ds.p, 0xff, s_n * 4, stream);
+        }
+        cudaStreamSynchronize(stream);
+        cudaStreamDestroy(stream);
+        auto host = e.create_execution();
+        for (int r = 0; r < kRounds / 4; ++r) {
+          auto out = host.run({{"x", {DataType::kFLOAT, dims, inputs[i].data()}}});
+          const auto* py = reinterpret_cast<const float*>(out.at("y").data.get());
+          if (std::memcmp(py, expected_y[i].data(), y_n * 4) != 0) ++wrong;
+        }
+      } catch (const std::exception&) {
+        ++failed;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0) << "of " << kThreads * (kRounds + kRounds / 4) << " runs; first: " << first_wrong;
 }
