@@ -4,8 +4,10 @@
 // around the constants of a small CPU network built here, and opened: plan::read_engine parses
 // and verifies it, Engine::deserialize checks its memory plan and instantiates the CPU
 // backend's kernel for every node. What opens is inspected and run once on zeros at the
-// profile's opt shapes. A tensoracle::Error is the expected refusal; anything else escaping, or
-// a sanitizer report, is a finding.
+// profile's opt shapes, twice more into output buffers filled with different patterns: a byte
+// that differs between the two was never written (an output handed back uninitialised). A
+// tensoracle::Error is the expected refusal; anything else escaping, such a byte, or a sanitizer
+// report, is a finding.
 //
 // Structure-aware: byte-level mutations of JSON mostly give text that does not parse, so the
 // custom mutator below parses the document and changes it as an attacker would — a number
@@ -18,6 +20,7 @@
 //   TENSORACLE_FUZZ_WRITE_SEEDS=/tmp/plan-seeds build/fuzz/fuzz/fuzz_engine_plan -runs=0
 //   build/fuzz/fuzz/fuzz_engine_plan /tmp/plan-corpus /tmp/plan-seeds
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -110,12 +113,33 @@ void run_small(const Engine& e) {
   }
   auto x = e.create_execution();
   for (const auto& [name, view] : inputs) x.set_input_shape(name, view.dims);
+  std::map<std::string, std::size_t> output_bytes;
   for (const auto& t : e.io_tensors())
     if (t.mode == TensorIOMode::kOUTPUT) {
       const std::int64_t n = x.tensor_shape(t.name).volume();
       if (n < 0 || n > (1 << 20)) return;
+      output_bytes[t.name] = static_cast<std::size_t>(n) * element_size(t.type);
     }
   x.run(inputs);
+  // Every byte of every output must be written: run twice into caller buffers filled first with
+  // one pattern, then another; a byte that kept its pattern was never written (the engine would
+  // hand back whatever memory held: uninitialised heap from run()).
+  for (auto& [name, view] : inputs) x.set_tensor_address(name, const_cast<void*>(view.data));
+  std::map<std::string, std::vector<std::byte>> first, second;
+  for (auto* outs : {&first, &second}) {
+    const auto fill = outs == &first ? std::byte{0x00} : std::byte{0xA5};
+    for (const auto& [name, n] : output_bytes) {
+      auto& b = (*outs)[name];
+      b.assign(n + 1, fill);
+      x.set_tensor_address(name, b.data());
+    }
+    x.enqueue();
+  }
+  for (const auto& [name, n] : output_bytes)
+    if (std::memcmp(first[name].data(), second[name].data(), n) != 0) {
+      std::fprintf(stderr, "fuzz_engine_plan: output %s was not fully written by the run\n", name.c_str());
+      std::abort();
+    }
 }
 
 }  // namespace
