@@ -257,7 +257,7 @@ void bind_engine(nb::module_& m) {
           "Opens engine bytes; plugins: libraries its plugin layers need, loaded first")
       .def_static(
           "load",
-          [](const std::string& path, const std::vector<std::filesystem::path>& plugins) {
+          [](const std::filesystem::path& path, const std::vector<std::filesystem::path>& plugins) {
             load_plugin_libraries(plugins);
             return Engine::load(path);
           },

@@ -88,7 +88,8 @@ def test_bytes_file_and_trt_runtime_open_the_same_engine(engines):
     a = tensoracle.deserialize_engine(data)
     b = trt.Runtime(trt.Logger()).deserialize_cuda_engine(data)
     c = tensoracle.load_engine(str(engines / "linear-int8.engine"))
-    assert a.plan_json() == b.plan_json() == c.plan_json()
+    d = tensoracle.load_engine(engines / "linear-int8.engine")  # any path-like, as open() takes
+    assert a.plan_json() == b.plan_json() == c.plan_json() == d.plan_json()
     assert [t.name for t in a.io_tensors] == ["features", "result"]
     assert a.num_io_tensors == 2 and a.get_tensor_name(1) == "result"
     assert a.io_tensor("result").shape == (16, 16)
