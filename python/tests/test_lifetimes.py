@@ -18,6 +18,7 @@ import pytest
 
 import tensoracle
 import tensoracle.trt as trt
+from test_execution_bind import double_engine
 
 
 def run_script(source: str, *args: str) -> None:
@@ -209,18 +210,6 @@ def test_python_created_network_outlives_its_name_only_through_its_objects():
 
 
 # ---- executions keep the arrays bound to them ------------------------------------------------------
-
-
-def double_engine():
-    def graph(net):
-        x = net.add_input("x", trt.float32, (-1, 4))
-        y = net.add_elementwise(x, x, trt.ElementWiseOperation.SUM).get_output(0)
-        y.name = "y"
-        net.mark_output(y)
-
-    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.ranged((1, 4), (2, 4), (8, 4))},
-                                  tensoracle.BuilderSettings(device="cpu", optimization_level=0))
-    return tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl))
 
 
 @pytest.fixture(scope="module")
