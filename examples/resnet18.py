@@ -275,7 +275,7 @@ def main(argv: list[str]) -> int:
 
     t0 = time.perf_counter()
     data = build_engine(weights, args.size)
-    (folder / "resnet18.engine").write_bytes(data)
+    tensoracle.save_engine(data, folder / "resnet18.engine")  # atomic: a reader never sees half a file
     engine = tensoracle.deserialize_engine(data)
     print(f"engine: {folder / 'resnet18.engine'} ({len(data) / 2**20:.1f} MiB), built in {time.perf_counter() - t0:.2f} s "
           f"for images (1..{MAX_BATCH}, 3, {args.size}, {args.size})")
