@@ -42,7 +42,7 @@ inline std::vector<std::byte> read_bytes(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::vector<std::byte> b(c.size());
-  std::memcpy(b.data(), c.data(), c.size());
+  if (!c.empty()) std::memcpy(b.data(), c.data(), c.size());  // an empty vector's data() may be null
   return b;
 }
 

@@ -498,7 +498,8 @@ TEST(Engine, AChannelsLastPoolingOverPackedValuesIsCorrupt) {
   EngineBuild d;
   d.inputs["x"] = InputShape::fixed({1, 2, 6, 6});
   d.settings.device = "cpu";
-  plan::Plan p = plan::read_engine(build_serialized_engine(graph, d), "test", nullptr);
+  const auto built = build_serialized_engine(graph, d);  // the plan's weights borrow from it
+  plan::Plan p = plan::read_engine(built, "test", nullptr);
   bool found = false;
   for (auto& n : p.graph.nodes)
     if (n.name == "pool") {
@@ -576,7 +577,8 @@ TEST(Engine, ReshapeByShapeTensorsFollowsTheInputShape) {
 // for a GPU this machine lacks is still shown (and one that large is not uploaded to look at).
 TEST(Engine, InspectShowsAnEngineBuiltForAnotherDevice) {
   Linear model;
-  plan::Plan p = plan::read_engine(build_serialized_engine(model, linear_declaration()), "test", nullptr);
+  const auto built = build_serialized_engine(model, linear_declaration());  // the plan's weights borrow from it
+  plan::Plan p = plan::read_engine(built, "test", nullptr);
   p.target = {{"backend", "cuda"}, {"device", "Imaginary GPU"}, {"compute_capability", "12.7"}};
   auto bytes = plan::write_engine(p);
   const auto path = std::filesystem::temp_directory_path() / ("inspect_cuda_" + std::to_string(::getpid()) + ".engine");
