@@ -14,11 +14,19 @@
 // becomes 0, -1, 2^31, 2^64 - 1, a neighbouring id or another number of the document; an array
 // loses, repeats or reorders elements; an object loses a key or takes another's value; a
 // string becomes one of the plan's vocabulary (layer, type and tactic names); a value is
-// nested a few or many levels deep. Byte-level mutation stays as one of the choices.
+// nested a few or many levels deep. A third of the changes know the plan's schema and edit
+// linked fields together, so that the change gets past the checks between them to what
+// allocates and runs: a memory size or a value's offset becomes 0 or one that wraps; a node
+// loses inputs or names another value; a node writes a constant or an input and that value
+// says so; an epilogue operand or a graph input names another id; one I/O entry takes another's
+// value and shape. Some of the time the mutator starts again from the network's own plan.
+// Byte-level mutation stays as one of the choices. Run it with a -max_len well above the
+// seed's size (scripts/run-tests.sh passes 65536): libFuzzer's default, the largest seed, would
+// refuse every change that lengthens the document.
 //
 // Seeds are this network's own plan (they must name its constants):
 //   TENSORACLE_FUZZ_WRITE_SEEDS=/tmp/plan-seeds build/fuzz/fuzz/fuzz_engine_plan -runs=0
-//   build/fuzz/fuzz/fuzz_engine_plan /tmp/plan-corpus /tmp/plan-seeds
+//   build/fuzz/fuzz/fuzz_engine_plan -max_len=65536 /tmp/plan-corpus /tmp/plan-seeds
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -207,15 +215,151 @@ json interesting_number(std::mt19937_64& rng, const json& old) {
     case 0: return small[rng() % std::size(small)];
     case 1: return large[rng() % std::size(large)];
     case 2: return ~std::uint64_t{0} - rng() % 512;  // wraps when rounded up or added to
-    case 3:
-      if (old.is_number_integer()) return old.get<std::int64_t>() + static_cast<std::int64_t>(rng() % 5) - 2;
+    case 3:  // a neighbour, in wrapping arithmetic (the old value may be INT64_MAX)
+      if (old.is_number_integer())
+        return static_cast<std::int64_t>(static_cast<std::uint64_t>(old.get<std::int64_t>()) + rng() % 5 - 2);
       return static_cast<std::int64_t>(rng() % 16);
     default: return static_cast<double>(rng() % 1000) / 7.0;
   }
 }
 
+// A size as an attacker picks one: 0, tiny, off by a little, or a value that wraps when
+// rounded up to an alignment or added to another size.
+json interesting_size(std::mt19937_64& rng, const json& old) {
+  switch (rng() % 6) {
+    case 0: return 0;
+    case 1: return static_cast<std::int64_t>(1 + rng() % 64);
+    case 2: return ~std::uint64_t{0} - rng() % 256;
+    case 3: return std::uint64_t{1} << (32 + rng() % 32);
+    case 4:
+      if (old.is_number_unsigned()) return old.get<std::uint64_t>() / (2 + rng() % 8);
+      return 0;
+    default: return interesting_number(rng, old);
+  }
+}
+
+// An id as an attacker picks one: another value of the graph (often one of a special role),
+// or one out of range.
+json interesting_id(std::mt19937_64& rng, const json& doc) {
+  const auto count = doc.contains("values") && doc["values"].is_array() ? doc["values"].size() : 8;
+  switch (rng() % 6) {
+    case 0: return -1;
+    case 1: return static_cast<std::int64_t>(count + rng() % 3);  // just past the end
+    case 2: return rng() % 2 ? std::int64_t{1000000000} : INT64_MIN;
+    default: return static_cast<std::int64_t>(rng() % (count ? count : 1));
+  }
+}
+
+json* member(json& j, const char* key) {
+  return j.is_object() && j.contains(key) ? &j[key] : nullptr;
+}
+
+// A random element of the array `doc[key]`, or null.
+json* element(json& doc, const char* key, std::mt19937_64& rng) {
+  json* a = member(doc, key);
+  if (!a || !a->is_array() || a->empty()) return nullptr;
+  return &(*a)[rng() % a->size()];
+}
+
+// One change that knows the plan's schema, often to several fields at once so that the
+// checks between them agree and the change reaches what runs: sizes, a node's inputs or
+// output, the graph's inputs and outputs, two I/O entries made one. False when the document
+// lacks what the change needs.
+bool mutate_plan(json& doc, std::mt19937_64& rng) {
+  switch (rng() % 7) {
+    case 0: {  // a size of the memory plan, or a value's arena offset or size
+      if (rng() % 2 == 0) {
+        json* memory = member(doc, "memory");
+        if (!memory || !memory->is_object() || memory->empty()) return false;
+        auto it = memory->begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(rng() % memory->size()));
+        *it = interesting_size(rng, *it);
+        return true;
+      }
+      json* v = element(doc, "values", rng);
+      json* field = v ? member(*v, rng() % 2 ? "arena_offset" : "max_bytes") : nullptr;
+      if (!field) return false;
+      *field = interesting_size(rng, *field);
+      return true;
+    }
+    case 1: {  // a node's inputs lose one, become empty, or name another value
+      json* node = element(doc, "nodes", rng);
+      json* inputs = node ? member(*node, "inputs") : nullptr;
+      if (!inputs || !inputs->is_array()) return false;
+      switch (rng() % 3) {
+        case 0: *inputs = json::array(); break;
+        case 1:
+          if (!inputs->empty()) inputs->erase(inputs->begin() + static_cast<std::ptrdiff_t>(rng() % inputs->size()));
+          break;
+        default:
+          if (inputs->empty()) inputs->push_back(interesting_id(rng, doc));
+          else (*inputs)[rng() % inputs->size()] = interesting_id(rng, doc);
+      }
+      return true;
+    }
+    case 2: {  // a node writes another value (a constant, an input, another node's output),
+               // which says the node produces it, and the old one says nobody does
+      json* node = element(doc, "nodes", rng);
+      json* output = node ? member(*node, "output") : nullptr;
+      json* values = member(doc, "values");
+      if (!output || !values || !values->is_array() || values->empty()) return false;
+      const std::int64_t index = node - &doc["nodes"][0];
+      const json id = interesting_id(rng, doc);
+      if (rng() % 2 == 0 && output->is_number_integer() && id.is_number_integer()) {
+        const auto old = output->get<std::int64_t>(), now = id.get<std::int64_t>();
+        if (old >= 0 && static_cast<std::size_t>(old) < values->size() && (*values)[static_cast<std::size_t>(old)].is_object())
+          (*values)[static_cast<std::size_t>(old)]["producer"] = -1;
+        if (now >= 0 && static_cast<std::size_t>(now) < values->size() && (*values)[static_cast<std::size_t>(now)].is_object())
+          (*values)[static_cast<std::size_t>(now)]["producer"] = index;
+      }
+      *output = id;
+      return true;
+    }
+    case 3: {  // an epilogue operand names another value
+      json* node = element(doc, "nodes", rng);
+      json* epilogue = node ? member(*node, "epilogue") : nullptr;
+      if (!epilogue || !epilogue->is_array() || epilogue->empty()) return false;
+      json& op = (*epilogue)[rng() % epilogue->size()];
+      if (!op.is_object()) return false;
+      op["operand"] = interesting_id(rng, doc);
+      return true;
+    }
+    case 4: {  // the graph's inputs or outputs name another value
+      json* id = element(doc, rng() % 2 ? "inputs" : "outputs", rng);
+      if (!id) return false;
+      *id = interesting_id(rng, doc);
+      return true;
+    }
+    case 5: {  // two I/O entries of one mode name one value (with its shape, so the shapes agree)
+      json* io = member(doc, "io");
+      if (!io || !io->is_array() || io->size() < 2) return false;
+      json& to = (*io)[rng() % io->size()];
+      const json& from = (*io)[rng() % io->size()];
+      if (&to == &from || !to.is_object() || !from.is_object()) return false;
+      for (const char* key : {"value", "dims", "min", "opt", "max", "type"})
+        if (from.contains(key)) to[key] = from[key];
+      return true;
+    }
+    default: {  // a value's role, type or shape changes (its readers and writers do not)
+      json* v = element(doc, "values", rng);
+      if (!v || !v->is_object()) return false;
+      switch (rng() % 3) {
+        case 0: (*v)["role"] = std::vector<const char*>{"input", "constant", "output", "activation"}[rng() % 4]; break;
+        case 1: (*v)["is_output"] = rng() % 2 == 0; break;
+        default: {
+          json* dims = member(*v, "dims");
+          if (!dims || !dims->is_array() || dims->empty()) return false;
+          (*dims)[rng() % dims->size()] = rng() % 2 ? json(static_cast<std::int64_t>(rng() % 5)) : interesting_number(rng, 0);
+        }
+      }
+      return true;
+    }
+  }
+}
+
 // One structural change to the document; false when it found nothing to change.
 bool mutate(json& doc, std::mt19937_64& rng) {
+  if (rng() % 3 == 0) return mutate_plan(doc, rng);
   std::vector<json*> all;
   collect(doc, all);
   json& target = *all[rng() % all.size()];
@@ -276,12 +420,16 @@ bool mutate(json& doc, std::mt19937_64& rng) {
 }  // namespace
 
 extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t size, std::size_t max_size,
-                                               unsigned int seed) {
-  std::mt19937_64 rng(seed);
+                                               unsigned int random_seed) {
+  std::mt19937_64 rng(random_seed);
   if (rng() % 8 != 0) {
     // The mutator walks and dumps the document recursively: only documents of bounded depth.
+    // Some of the time, and whenever the input no longer parses (byte-level mutation broke
+    // it), it starts again from the network's own plan: a change that needs the rest of the
+    // document intact must not depend on a corpus entry that still has it.
     const std::string_view text(reinterpret_cast<const char*>(data), size);
     auto doc = core::json_nesting_depth(text, 4000) >= 0 ? json::parse(text, nullptr, false) : json(json::value_t::discarded);
+    if (doc.is_discarded() || !doc.is_structured() || rng() % 16 == 0) doc = plan::plan_to_json(seed().plan);
     if (!doc.is_discarded() && doc.is_structured()) {
       bool changed = false;
       for (int tries = 0, n = 1 + static_cast<int>(rng() % 3); tries < 64 && n > 0; ++tries)
