@@ -4,7 +4,15 @@
 # (the fuzz build is ASan + UBSan already). Each sanitizer has a build tree of its own with the
 # CUDA backend off (the GPU is not here). Runs every part even when one fails; exits non-zero if
 # any failed. Run it before resolving any change to a parser, the loader or the runtime.
+# Arguments pick parts (asan, tsan, fuzz; all three when none is given):
+#   scripts/run-sanitizers.sh tsan
 set -uo pipefail
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(asan tsan fuzz)
+for p in "${parts[@]}"; do
+  [[ $p == asan || $p == tsan || $p == fuzz ]] || { echo "run-sanitizers: unknown part '$p' (asan, tsan, fuzz)" >&2; exit 2; }
+done
+want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 build=${BUILD:-build}
 venv=${VENV:-.venv}
 cmake=$venv/bin/cmake
@@ -21,10 +29,11 @@ configure() {  # folder, flags
     "-DCMAKE_SHARED_LINKER_FLAGS=$flags" >/dev/null
 }
 
+if want asan; then
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer: C++ tests (label gpu excluded)"
 asan_flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 configure "$build/asan" "$asan_flags"
-if "$cmake" --build "$build/asan" --target tensoracle_tests tensoracle_cli; then
+if "$cmake" --build "$build/asan"; then  # everything: ctest runs the examples and docs programs too
   # Leaks are reported too (one-time allocations of oneDNN and OpenMP are suppressed by name).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:check_initialization_order=1 \
   LSAN_OPTIONS=suppressions=$PWD/cpp/tests/lsan.supp:print_suppressions=0 \
@@ -33,7 +42,9 @@ if "$cmake" --build "$build/asan" --target tensoracle_tests tensoracle_cli; then
 else
   status=1
 fi
+fi
 
+if want tsan; then
 echo "== ThreadSanitizer: executions of one engine on many threads"
 configure "$build/tsan" "-fsanitize=thread -fno-omit-frame-pointer"
 if "$cmake" --build "$build/tsan" --target tensoracle_tests; then
@@ -44,11 +55,14 @@ if "$cmake" --build "$build/tsan" --target tensoracle_tests; then
 else
   status=1
 fi
+fi
 
+if want fuzz; then
 echo "== fuzz targets (ASan + UBSan): seeds and a short run"
 if [[ -d $build/fuzz/fuzz ]]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-60} BUILD=$build VENV=$venv scripts/run-tests.sh --fuzz-only || status=1
 else
   echo "fuzz: not built (no clang)"
+fi
 fi
 exit $status
