@@ -5,9 +5,11 @@
 // and verifies it, Engine::deserialize checks its memory plan and instantiates the CPU
 // backend's kernel for every node. What opens is inspected and run once on zeros at the
 // profile's opt shapes, twice more into output buffers filled with different patterns: a byte
-// that differs between the two was never written (an output handed back uninitialised). A
-// tensoracle::Error is the expected refusal; anything else escaping, such a byte, or a sanitizer
-// report, is a finding.
+// that differs between the two was never written (an output handed back uninitialised), and
+// what run() returned must equal what the same run wrote into the caller's buffers (the
+// engine is deterministic; an array run() allocated and never wrote differs). A
+// tensoracle::Error is the expected refusal; anything else escaping, such a byte, or a
+// sanitizer report, is a finding.
 //
 // Structure-aware: byte-level mutations of JSON mostly give text that does not parse, so the
 // custom mutator below parses the document and changes it as an attacker would — a number
@@ -17,12 +19,13 @@
 // nested a few or many levels deep. A third of the changes know the plan's schema and edit
 // linked fields together, so that the change gets past the checks between them to what
 // allocates and runs: a memory size or a value's offset becomes 0 or one that wraps; a node
-// loses inputs or names another value; a node writes a constant or an input and that value
-// says so; an epilogue operand or a graph input names another id; one I/O entry takes another's
-// value and shape. Some of the time the mutator starts again from the network's own plan.
-// Byte-level mutation stays as one of the choices. Run it with a -max_len well above the
-// seed's size (scripts/run-tests.sh passes 65536): libFuzzer's default, the largest seed, would
-// refuse every change that lengthens the document.
+// loses inputs or names another value; a node writes a constant or an input, that value says
+// so and the node's readers follow; an epilogue operand or a graph input names another id; one I/O entry takes another's
+// value and shape (the graph's outputs list follows, the layer left without a reader goes).
+// Some of the time the mutator starts
+// again from the network's own plan. Byte-level mutation stays as one of the choices. Run it
+// with a -max_len well above the seed's size (scripts/run-tests.sh passes 65536): libFuzzer's
+// default, the largest seed, would refuse every change that lengthens the document.
 //
 // Seeds are this network's own plan (they must name its constants):
 //   TENSORACLE_FUZZ_WRITE_SEEDS=/tmp/plan-seeds build/fuzz/fuzz/fuzz_engine_plan -runs=0
@@ -52,10 +55,12 @@ using namespace tensoracle;
 namespace {
 
 // x [2, 4, 6, 6] -> convolution 3x3 (+ bias, ReLU) -> max pool 2x2 -> reshape [2, 36] ->
-// matrix multiply [36, 5] + bias -> softmax; and the reshaped features' sum over axis 1 as a
-// second output. Small, and it exercises fusion (epilogues), shuffles and reductions.
+// matrix multiply [36, 5] + bias [2, 5] -> softmax; and the reshaped features' sum over axis 1
+// as a second output. Small, and it exercises fusion (epilogues), shuffles and reductions; the
+// bias has the shape of the layers' outputs, so that a node pointed at it passes the shape
+// checks and writes into the weight.
 std::vector<std::byte> seed_engine() {
-  static std::vector<float> w(4 * 4 * 9), b(4), m(36 * 5), mb(5);
+  static std::vector<float> w(4 * 4 * 9), b(4), m(36 * 5), mb(2 * 5);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7) * 0.05f - 0.15f;
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = 0.1f * static_cast<float>(i);
   for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i % 5) * 0.1f - 0.2f;
@@ -76,7 +81,7 @@ std::vector<std::byte> seed_engine() {
     flat->set_reshape_dims(Dims{2, 36});
     auto* mat = net.add_constant({36, 5}, Weights(DataType::kFLOAT, m.data(), 180, nullptr))->get_output(0);
     auto* prod = net.add_matrix_multiply(flat->get_output(0), MatrixOperation::kNONE, mat, MatrixOperation::kNONE);
-    auto* bias = net.add_constant({1, 5}, Weights(DataType::kFLOAT, mb.data(), 5, nullptr))->get_output(0);
+    auto* bias = net.add_constant({2, 5}, Weights(DataType::kFLOAT, mb.data(), 10, nullptr))->get_output(0);
     auto* sum = net.add_elementwise(prod->get_output(0), bias, ElementWiseOperation::kSUM)->get_output(0);
     auto* y = net.add_softmax(sum)->get_output(0);
     y->set_name("y");
@@ -128,7 +133,7 @@ void run_small(const Engine& e) {
       if (n < 0 || n > (1 << 20)) return;
       output_bytes[t.name] = static_cast<std::size_t>(n) * element_size(t.type);
     }
-  x.run(inputs);
+  const auto returned = x.run(inputs);
   // Every byte of every output must be written: run twice into caller buffers filled first with
   // one pattern, then another; a byte that kept its pattern was never written (the engine would
   // hand back whatever memory held: uninitialised heap from run()).
@@ -143,11 +148,20 @@ void run_small(const Engine& e) {
     }
     x.enqueue();
   }
-  for (const auto& [name, n] : output_bytes)
+  for (const auto& [name, n] : output_bytes) {
     if (std::memcmp(first[name].data(), second[name].data(), n) != 0) {
       std::fprintf(stderr, "fuzz_engine_plan: output %s was not fully written by the run\n", name.c_str());
       std::abort();
     }
+    // The engine is deterministic: what run() handed back must be what it wrote into the
+    // caller's buffers (an array run() allocated and never wrote holds ASan's malloc fill).
+    const auto it = returned.find(name);
+    if (it == returned.end() || it->second.nbytes != n || std::memcmp(it->second.data.get(), first[name].data(), n) != 0) {
+      std::fprintf(stderr, "fuzz_engine_plan: output %s from run() differs from the same run into caller buffers\n",
+                   name.c_str());
+      std::abort();
+    }
+  }
 }
 
 }  // namespace
@@ -176,8 +190,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)e.layers();
     (void)e.plan_json();
     run_small(e);
-  } catch (const Error&) {
+  } catch (const Error& e) {
     // refused, with a message: what an engine file that says something wrong should get
+    if (std::getenv("TENSORACLE_FUZZ_VERBOSE")) std::fprintf(stderr, "refused: %s\n", e.what());
   }
   return 0;
 }
@@ -261,6 +276,47 @@ json* element(json& doc, const char* key, std::mt19937_64& rng) {
   return &(*a)[rng() % a->size()];
 }
 
+// Every reference to value `from` (nodes' inputs and epilogue operands, the graph's inputs and
+// outputs, I/O entries) becomes `to`.
+void replace_id(json& doc, const json& from, const json& to) {
+  const auto swap_in = [&](json* a) {
+    if (a && a->is_array())
+      for (auto& id : *a)
+        if (id == from) id = to;
+  };
+  if (json* nodes = member(doc, "nodes"); nodes && nodes->is_array())
+    for (auto& n : *nodes) {
+      swap_in(member(n, "inputs"));
+      if (json* ep = member(n, "epilogue"); ep && ep->is_array())
+        for (auto& op : *ep)
+          if (json* operand = member(op, "operand"); operand && *operand == from) *operand = to;
+    }
+  swap_in(member(doc, "inputs"));
+  swap_in(member(doc, "outputs"));
+  if (json* io = member(doc, "io"); io && io->is_array())
+    for (auto& t : *io)
+      if (json* v = member(t, "value"); v && *v == from) *v = to;
+}
+
+// Removes the nodes that write value `id`; values' producers after them are renumbered.
+void erase_writers(json& doc, const json& id) {
+  json* nodes = member(doc, "nodes");
+  json* values = member(doc, "values");
+  if (!nodes || !nodes->is_array()) return;
+  for (std::size_t i = nodes->size(); i-- > 0;) {
+    json* out = member((*nodes)[i], "output");
+    if (!out || *out != id) continue;
+    nodes->erase(nodes->begin() + static_cast<std::ptrdiff_t>(i));
+    if (values && values->is_array())
+      for (auto& v : *values)
+        if (json* producer = member(v, "producer"); producer && producer->is_number_integer()) {
+          const auto p = producer->get<std::int64_t>();
+          if (p == static_cast<std::int64_t>(i)) *producer = -1;
+          else if (p > static_cast<std::int64_t>(i)) *producer = p - 1;
+        }
+  }
+}
+
 // One change that knows the plan's schema, often to several fields at once so that the
 // checks between them agree and the change reaches what runs: sizes, a node's inputs or
 // output, the graph's inputs and outputs, two I/O entries made one. False when the document
@@ -297,22 +353,31 @@ bool mutate_plan(json& doc, std::mt19937_64& rng) {
       }
       return true;
     }
-    case 2: {  // a node writes another value (a constant, an input, another node's output),
-               // which says the node produces it, and the old one says nobody does
+    case 2: {  // a node writes another value (a constant, an input, another node's output);
+               // linked: that value says so, the old one says nobody does, and readers follow
       json* node = element(doc, "nodes", rng);
       json* output = node ? member(*node, "output") : nullptr;
       json* values = member(doc, "values");
       if (!output || !values || !values->is_array() || values->empty()) return false;
       const std::int64_t index = node - &doc["nodes"][0];
       const json id = interesting_id(rng, doc);
-      if (rng() % 2 == 0 && output->is_number_integer() && id.is_number_integer()) {
-        const auto old = output->get<std::int64_t>(), now = id.get<std::int64_t>();
-        if (old >= 0 && static_cast<std::size_t>(old) < values->size() && (*values)[static_cast<std::size_t>(old)].is_object())
-          (*values)[static_cast<std::size_t>(old)]["producer"] = -1;
-        if (now >= 0 && static_cast<std::size_t>(now) < values->size() && (*values)[static_cast<std::size_t>(now)].is_object())
-          (*values)[static_cast<std::size_t>(now)]["producer"] = index;
-      }
+      const json old_id = *output;
       *output = id;
+      if (rng() % 3 == 0 || !old_id.is_number_integer() || !id.is_number_integer()) return true;
+      const auto in_range = [&](const json& v) {
+        return v.get<std::int64_t>() >= 0 && v.get<std::uint64_t>() < values->size() && (*values)[v.get<std::size_t>()].is_object();
+      };
+      if (!in_range(old_id) || !in_range(id)) return true;
+      json& was = (*values)[old_id.get<std::size_t>()];
+      json& now = (*values)[id.get<std::size_t>()];
+      now["producer"] = index;
+      was["producer"] = -1;
+      if (rng() % 2 == 0) {
+        now["is_output"] = was.value("is_output", false);
+        was["is_output"] = false;
+        was["arena_offset"] = -1;
+      }
+      if (rng() % 2 == 0) replace_id(doc, old_id, id);
       return true;
     }
     case 3: {  // an epilogue operand names another value
@@ -336,8 +401,14 @@ bool mutate_plan(json& doc, std::mt19937_64& rng) {
       json& to = (*io)[rng() % io->size()];
       const json& from = (*io)[rng() % io->size()];
       if (&to == &from || !to.is_object() || !from.is_object()) return false;
+      const json old_value = to.contains("value") ? to["value"] : json();
       for (const char* key : {"value", "dims", "min", "opt", "max", "type"})
         if (from.contains(key)) to[key] = from[key];
+      if (json* outputs = member(doc, "outputs"); outputs && outputs->is_array() && rng() % 4 != 0) {
+        for (auto& id : *outputs)
+          if (id == old_value) id = to["value"];
+        if (rng() % 2 == 0) erase_writers(doc, old_value);  // the layer whose output is gone
+      }
       return true;
     }
     default: {  // a value's role, type or shape changes (its readers and writers do not)
