@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <span>
 
-#include "convert/zip_reader.h"
 #include "fuzz_pth_common.h"
+#include "io/zip_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::span<const std::byte> input(reinterpret_cast<const std::byte*>(data), size);
   try {
-    auto zip = tensoracle::pth::ZipArchive::parse(input, "fuzz.pth");
+    auto zip = tensoracle::io::ZipArchive::parse(input, "fuzz.pth");
     for (const auto& e : zip.entries()) {
       tensoracle::fuzz::check(e.data_offset <= size && e.size <= size - e.data_offset);
       tensoracle::fuzz::check(zip.find(e.name) == &e);

@@ -28,7 +28,7 @@ namespace st = tensoracle::safetensors;
 // wait a little longer than that after writing a file.
 inline void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(60)); }
 
-inline std::uint64_t hashed() { return cache::counters().files_hashed.load(); }
+inline std::uint64_t hashed() { return core::hash_counters().files_hashed.load(); }
 inline std::uint64_t engine_checks() { return cache::counters().engine_digest_checks.load(); }
 
 // A model package in miniature: weights in a safetensors file, a graph function that reads

@@ -3,13 +3,13 @@
 
 #include <random>
 
-#include "convert/zip_reader.h"
+#include "io/zip_reader.h"
 #include "pth_helpers.h"
 #include "tensoracle/errors.h"
 
 using tensoracle::FormatError;
 using tensoracle::UnsupportedError;
-using tensoracle::pth::ZipArchive;
+using tensoracle::io::ZipArchive;
 using namespace tensoracle::testing;
 
 namespace {

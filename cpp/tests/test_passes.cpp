@@ -1,8 +1,9 @@
 // Builder passes: each checked by the graph's structure after it runs, not only by numbers.
 #include <gtest/gtest.h>
 
-#include "build/passes.h"
+#include "builder/passes.h"
 #include "graph/graph.h"
+#include "plan/memory_plan.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
@@ -34,7 +35,7 @@ TEST(Passes, DeadCodeRemovesUnreachableNodesAndConstants) {
   net.mark_output(live->get_output(0));
   Graph g = graph::from_network(net);
   ASSERT_EQ(g.nodes.size(), 2u);
-  auto log = build::dead_code(g);
+  auto log = builder::dead_code(g);
   graph::verify(g, "dead_code");
   EXPECT_EQ(node_names(g), std::vector<std::string>{"relu"});
   EXPECT_EQ(g.values.size(), 2u);  // x and relu's output; the constant went too
@@ -58,7 +59,7 @@ TEST(Passes, ConstantFoldingEvaluatesConstantSubgraphsButKeepsDequantize) {
   y->set_name("mul");
   net.mark_output(y->get_output(0));
   Graph g = graph::from_network(net);
-  auto log = build::constant_fold(g, runtime::evaluate_constant_node);
+  auto log = builder::constant_fold(g, runtime::evaluate_constant_node);
   graph::verify(g, "constant_fold");
   EXPECT_EQ(node_names(g), (std::vector<std::string>{"dq_weights", "mul"}));
   ASSERT_EQ(log.changes.size(), 2u);
@@ -88,7 +89,7 @@ TEST(Passes, FusionAbsorbsPointwiseChainsIntoTheirProducer) {
   cast->set_name("to_half");
   net.mark_output(cast->get_output(0));
   Graph g = graph::from_network(net);
-  auto log = build::fuse_pointwise(g, fuse_all);
+  auto log = builder::fuse_pointwise(g, fuse_all);
   graph::verify(g, "fuse_pointwise");
   ASSERT_EQ(g.nodes.size(), 1u);
   const auto& n = g.nodes[0];
@@ -120,7 +121,7 @@ TEST(Passes, FusionStopsAtSharedOutputsAndUpcastingBroadcasts) {
   net.mark_output(t->get_output(0));
   net.mark_output(u->get_output(0));
   Graph g = graph::from_network(net);
-  auto log = build::fuse_pointwise(g, fuse_all);
+  auto log = builder::fuse_pointwise(g, fuse_all);
   graph::verify(g, "fuse_pointwise");
   EXPECT_EQ(node_names(g), (std::vector<std::string>{"relu", "sum", "tanh", "sigmoid"}));
   EXPECT_TRUE(log.changes.empty());
@@ -130,7 +131,7 @@ TEST(Passes, FusionStopsAtSharedOutputsAndUpcastingBroadcasts) {
   auto* b = net2.add_activation(net2.add_activation(a, ActivationType::kRELU)->get_output(0), ActivationType::kTANH);
   net2.mark_output(b->get_output(0));
   Graph g2 = graph::from_network(net2);
-  build::fuse_pointwise(g2, [](const Graph&, const graph::Node&, const graph::EpilogueOp&) { return false; });
+  builder::fuse_pointwise(g2, [](const Graph&, const graph::Node&, const graph::EpilogueOp&) { return false; });
   EXPECT_EQ(g2.nodes.size(), 2u);
 }
 
@@ -148,24 +149,24 @@ TEST(Passes, MemoryPlanSharesBytesBetweenValuesThatAreNotLiveTogether) {
   net.mark_output(d->get_output(0));
   Graph g = graph::from_network(net);
   std::vector<std::uint64_t> bytes(g.values.size(), 1024);
-  auto plan = build::plan_memory(g, bytes);
-  EXPECT_EQ(plan.naive_bytes, 3 * 1024u);
-  EXPECT_EQ(plan.arena_bytes, 2 * 1024u);
+  auto memory = plan::plan_memory(g, bytes);
+  EXPECT_EQ(memory.naive_bytes, 3 * 1024u);
+  EXPECT_EQ(memory.arena_bytes, 2 * 1024u);
   auto off = [&](const char* layer) {
     for (const auto& n : g.nodes)
-      if (n.name == layer) return plan.offsets[static_cast<std::size_t>(n.output)];
+      if (n.name == layer) return memory.offsets[static_cast<std::size_t>(n.output)];
     return std::int64_t{-2};
   };
   EXPECT_EQ(off("a"), off("c"));
   EXPECT_NE(off("a"), off("b"));
-  EXPECT_EQ(plan.offsets[static_cast<std::size_t>(g.outputs[0])], -1);  // outputs use caller buffers
-  EXPECT_EQ(plan.offsets[static_cast<std::size_t>(g.inputs[0])], -1);
+  EXPECT_EQ(memory.offsets[static_cast<std::size_t>(g.outputs[0])], -1);  // outputs use caller buffers
+  EXPECT_EQ(memory.offsets[static_cast<std::size_t>(g.inputs[0])], -1);
   // Every pair of values whose lifetimes overlap occupies disjoint bytes.
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     for (std::size_t j = i + 1; j < g.nodes.size(); ++j) {
       auto vi = static_cast<std::size_t>(g.nodes[i].output), vj = static_cast<std::size_t>(g.nodes[j].output);
-      if (plan.offsets[vi] < 0 || plan.offsets[vj] < 0 || j > i + 1) continue;
-      EXPECT_TRUE(plan.offsets[vi] + 1024 <= plan.offsets[vj] || plan.offsets[vj] + 1024 <= plan.offsets[vi]);
+      if (memory.offsets[vi] < 0 || memory.offsets[vj] < 0 || j > i + 1) continue;
+      EXPECT_TRUE(memory.offsets[vi] + 1024 <= memory.offsets[vj] || memory.offsets[vj] + 1024 <= memory.offsets[vi]);
     }
 }
 
@@ -187,11 +188,11 @@ TEST(Passes, FoldQdqRewritesAQuantizedProductIntoOneNode) {
   mm->set_name("mm");
   net.mark_output(mm->get_output(0));
   Graph g = graph::from_network(net);
-  build::constant_fold(g, runtime::evaluate_constant_node);
-  build::dead_code(g);
-  auto log = build::fold_qdq(g);
+  builder::constant_fold(g, runtime::evaluate_constant_node);
+  builder::dead_code(g);
+  auto log = builder::fold_qdq(g);
   graph::verify(g, "fold_qdq");
-  build::dead_code(g);
+  builder::dead_code(g);
   graph::verify(g, "dead_code");
   ASSERT_EQ(log.changes.size(), 1u);
   EXPECT_NE(log.changes[0].find("an int8 matrix multiply"), std::string::npos) << log.changes[0];

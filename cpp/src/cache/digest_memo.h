@@ -22,6 +22,7 @@
 #include <string>
 
 #include "cache/folder.h"
+#include "core/digest.h"
 #include "core/file_stat.h"
 
 namespace tensoracle::cache {
@@ -31,22 +32,18 @@ struct FileDigest {
   std::uint64_t size = 0;
 };
 
-// Process-wide counts, for tests and benchmarks: what the cache actually read.
+// Process-wide counts, for tests and benchmarks: engine files the cache read in full to check
+// them. Files hashed in full (weight files, plugin libraries) are core::hash_counters().
 struct Counters {
-  std::atomic<std::uint64_t> files_hashed{0};
-  std::atomic<std::uint64_t> bytes_hashed{0};
-  std::atomic<std::uint64_t> engine_digest_checks{0};  // engine files read in full to check them
+  std::atomic<std::uint64_t> engine_digest_checks{0};
 };
 Counters& counters();
 
-// XXH3-128 of a whole file, by read(2) in large chunks; `fd` is at offset 0.
-// `what` names the file in messages ("the weight file"). Counted in files_hashed.
-std::string hash_file(int fd, const std::filesystem::path& path, const std::string& component, const std::string& what);
-// The same, not counted (the cache's own engine files); `bytes_read` (may be null) gets the size.
-std::string digest_of_file(int fd, const std::filesystem::path& path, const std::string& component,
-                           const std::string& what, std::uint64_t* bytes_read = nullptr);
-// "xxh3-128:<32 hex digits>" of `bytes`.
-std::string digest_of_bytes(std::span<const std::byte> bytes);
+// Content digests (core/digest.h): hash_file is counted in core::hash_counters(),
+// digest_of_file is not (the cache's own engine files).
+using core::digest_of_bytes;
+using core::digest_of_file;
+using core::hash_file;
 
 class DigestMemo {
  public:

@@ -8,13 +8,15 @@
 #include <set>
 #include <unordered_map>
 
-#include "convert/zip_reader.h"
 #include "core/text.h"
+#include "io/zip_reader.h"
 
 namespace tensoracle::pth {
 
 namespace st = tensoracle::safetensors;
 using core::quote_name;
+using io::ZipArchive;
+using io::ZipEntry;
 
 namespace {
 

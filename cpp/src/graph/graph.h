@@ -42,7 +42,7 @@ struct Node {
   std::vector<EpilogueOp> epilogue;
   int output = -1;              // value id of the final result
   std::string tactic;
-  // Q/DQ folding (build::fold_qdq): the names of the two dequantize layers this matrix multiply
+  // Q/DQ folding (builder::fold_qdq): the names of the two dequantize layers this matrix multiply
   // absorbed. When set, inputs = {a_q, b_q, a_scale, b_scale} — int8 or fp8 tensors and their
   // one-element float32 scales — and the product reads dequantize(a_q, a_scale) and
   // dequantize(b_q, b_scale) in its own result's type (main_desc.type).

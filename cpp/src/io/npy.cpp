@@ -15,9 +15,9 @@
 #include <optional>
 #include <string_view>
 
-#include "convert/zip_reader.h"
 #include "core/mapped_file.h"
 #include "core/text.h"
+#include "io/zip_reader.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::npy {
@@ -439,7 +439,7 @@ constexpr std::string_view kSuffix = ".npy";
 }  // namespace
 
 struct File::Zip {
-  pth::ZipArchive archive;
+  io::ZipArchive archive;
 };
 
 File::File() = default;
@@ -475,9 +475,9 @@ File File::parse_npz(std::span<const std::byte> bytes, std::string display_name,
   f.name_ = std::move(display_name);
   f.bytes_ = bytes;
   const std::string file_where = "[npz] " + f.name_ + ": ";
-  f.zip_ = std::make_unique<Zip>(Zip{with_npz_messages([&] { return pth::ZipArchive::parse(bytes, f.name_); })});
+  f.zip_ = std::make_unique<Zip>(Zip{with_npz_messages([&] { return io::ZipArchive::parse(bytes, f.name_); })});
   std::uint64_t inflated = 0;
-  for (const pth::ZipEntry& e : f.zip_->archive.entries()) {
+  for (const io::ZipEntry& e : f.zip_->archive.entries()) {
     const std::string where = file_where + "entry " + core::quote_name(e.name) + ": ";
     if (e.name.size() <= kSuffix.size() || e.name.compare(e.name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
       throw FormatError(where + "not an array (np.savez names every entry NAME.npy)");
@@ -516,7 +516,7 @@ Array File::read(std::size_t i) const {
     a.owner = owned ? std::shared_ptr<const void>(owned) : mapping_;
     return a;
   }
-  const pth::ZipEntry& e = zip_->archive.entries()[i];
+  const io::ZipEntry& e = zip_->archive.entries()[i];
   const std::string where = "[npz] " + name_ + ": entry " + core::quote_name(e.name) + ": ";
   std::span<const std::byte> image = zip_->archive.data(e);
   std::shared_ptr<std::byte[]> inflated;

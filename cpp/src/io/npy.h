@@ -16,7 +16,7 @@
 //
 // .npz: a zip archive of .npy entries (np.savez: stored; np.savez_compressed: deflated, read
 // with zlib), each named NAME.npy; CRC-32s are checked. The archive's structure is read by
-// the .pth converter's strict zip reader (convert/zip_reader.h). Opening reads only the
+// the strict zip reader of .pth checkpoints (io/zip_reader.h). Opening reads only the
 // central directory; read(i) reads entry i: a stored entry in place (no copy), a deflated one
 // inflated into memory that the returned Array owns. Sizes are checked before any memory is
 // taken for them:

@@ -384,7 +384,7 @@ json plan_to_json(const Plan& plan) {
   j["outputs"] = g.outputs;
   j["memory"] = {{"arena_bytes", plan.memory.arena_bytes},
                  {"naive_bytes", plan.memory.naive_bytes},
-                 {"alignment", build::MemoryPlan::kAlignment},
+                 {"alignment", MemoryPlan::kAlignment},
                  {"workspace_bytes", plan.workspace_bytes}};
   j["build"] = plan.build;
   return j;
@@ -486,7 +486,7 @@ void check_io(const Plan& plan, const Corrupt& corrupt) {
   }
 }
 
-// The memory plan as build::plan_memory makes it: exactly the values a node produces that are
+// The memory plan as plan_memory makes it: exactly the values a node produces that are
 // neither network outputs nor constants have an arena offset, each aligned and with its
 // planned bytes inside the arena. Kernels write those values through these offsets, so a plan
 // that says otherwise is corrupt, not something to run.
@@ -504,9 +504,9 @@ void check_memory(const Plan& plan, const Corrupt& corrupt) {
       throw corrupt("value '" + val.name + "' " + (in_arena ? "has no place in the arena" : "has an arena offset it cannot use"));
     if (offset < 0) continue;
     const auto off = static_cast<std::uint64_t>(offset);
-    if (off % build::MemoryPlan::kAlignment != 0)
+    if (off % MemoryPlan::kAlignment != 0)
       throw corrupt("value '" + val.name + "' has arena offset " + std::to_string(off) + ", not a multiple of " +
-                    std::to_string(build::MemoryPlan::kAlignment));
+                    std::to_string(MemoryPlan::kAlignment));
     if (off > arena || plan.max_bytes[v] > arena - off)
       throw corrupt("value '" + val.name + "' (" + std::to_string(plan.max_bytes[v]) + " bytes at offset " +
                     std::to_string(off) + ") does not fit the " + std::to_string(arena) + "-byte arena");

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "build/passes.h"
 #include "graph/graph.h"
+#include "plan/memory_plan.h"
 #include "tensoracle/engine.h"
 
 namespace tensoracle::plan {
@@ -27,7 +27,7 @@ struct Plan {
   graph::Graph graph;                 // after the passes, with tactics
   std::vector<IOTensorInfo> io;       // inputs then outputs, in network order
   std::vector<int> io_values;         // value id of each io entry
-  build::MemoryPlan memory;           // offsets per value at the profile's max
+  MemoryPlan memory;                  // offsets per value at the profile's max
   std::vector<std::uint64_t> max_bytes;  // per value, at the profile's max
   std::uint64_t workspace_bytes = 0;  // scratch for the largest node, at the profile's max
   nlohmann::json target;

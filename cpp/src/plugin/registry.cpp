@@ -15,7 +15,7 @@
 #include <set>
 #include <tuple>
 
-#include "cache/digest_memo.h"
+#include "core/digest.h"
 #include "core/file_stat.h"
 #include "plugin/private_copy.h"
 #include "tensoracle/errors.h"
@@ -62,7 +62,7 @@ Registry& registry() {
 std::string hash_fd(int fd, const fs::path& path) {
   if (::lseek(fd, 0, SEEK_SET) != 0) fail(path, std::string("cannot read the plugin library: ") + std::strerror(errno));
   try {
-    return cache::hash_file(fd, path, "plugin", "the plugin library");
+    return core::hash_file(fd, path, "plugin", "the plugin library");
   } catch (const IoError& e) {
     fail(path, std::string("cannot read the plugin library: ") + std::strerror(e.errno_value()));
   }

@@ -5,7 +5,6 @@
 #include <thread>
 #include <unordered_map>
 
-#include "backends/cpu/kernels.h"
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
 #include "plan/plan.h"
@@ -25,12 +24,6 @@ std::uint64_t align_up(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAl
 std::uint64_t bytes_of(DataType t, const Dims& d) { return graph::byte_size(t, d).value_or(0); }
 
 }  // namespace
-
-void set_cpu_threads(int n) {
-  if (n < 0) throw InvalidArgument("[engine] set_cpu_threads: " + std::to_string(n) + " is negative");
-  cpu::set_num_threads(n);
-}
-int cpu_threads() { return cpu::num_threads(); }
 
 struct Engine::State {
   plan::Plan plan;

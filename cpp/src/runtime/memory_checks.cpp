@@ -20,7 +20,7 @@ void check_memory_plan(const plan::Plan& plan, std::span<const std::unique_ptr<N
   } catch (const std::exception& e) {
     throw corrupt(std::string("its shapes at the profile's max do not infer (") + e.what() + ")");
   }
-  constexpr std::uint64_t kAlign = build::MemoryPlan::kAlignment;
+  constexpr std::uint64_t kAlign = plan::MemoryPlan::kAlignment;
   std::uint64_t laid_end_to_end = 0;  // the arena values, each aligned: no plan needs more
   for (std::size_t v = 0; v < g.values.size(); ++v) {
     const auto& val = g.values[v];

@@ -1,7 +1,8 @@
 // The CPU backend's kernels: threads, copy, and the helpers every kernel file shares.
 //
 // Layout of this backend:
-//   kernels.cpp            num_threads/set_num_threads, copy, the shared helpers in `detail`
+//   kernels.cpp            num_threads/set_num_threads (and the public set_cpu_threads/
+//                          cpu_threads of tensoracle/engine.h), copy, the shared helpers in `detail`
 //   kernels_pointwise.cpp  elementwise, activation, cast, quantize, dequantize
 //   kernels_matmul.cpp     matmul (OpenBLAS sgemm)
 //   kernels_layout.cpp     shuffle (N-d permutation copies)
@@ -24,6 +25,7 @@
 #include <string>
 #include <thread>
 
+#include "tensoracle/engine.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::cpu {
@@ -134,3 +136,13 @@ void copy(const TensorRef& x, const TensorRef& out) {
 }
 
 }  // namespace tensoracle::cpu
+
+namespace tensoracle {
+
+void set_cpu_threads(int n) {
+  if (n < 0) throw InvalidArgument("[engine] set_cpu_threads: " + std::to_string(n) + " is negative");
+  cpu::set_num_threads(n);
+}
+int cpu_threads() { return cpu::num_threads(); }
+
+}  // namespace tensoracle

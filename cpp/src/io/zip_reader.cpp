@@ -1,7 +1,7 @@
 // Strict zip reader (see zip_reader.h). Record layouts are those of PKWARE's APPNOTE.TXT:
 // end of central directory (EOCD), zip64 EOCD locator and record, central directory file
 // headers, local file headers, zip64 extended information extra field (0x0001).
-#include "convert/zip_reader.h"
+#include "io/zip_reader.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "core/text.h"
 #include "tensoracle/errors.h"
 
-namespace tensoracle::pth {
+namespace tensoracle::io {
 
 namespace {
 
@@ -285,4 +285,4 @@ const ZipEntry* ZipArchive::find(std::string_view name) const noexcept {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
-}  // namespace tensoracle::pth
+}  // namespace tensoracle::io

@@ -3,8 +3,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "build/passes.h"
+#include "builder/passes.h"
 #include "graph/graph.h"
+#include "plan/memory_plan.h"
 #include "plan/plan.h"
 #include "runtime/backend.h"
 #include "tensoracle/errors.h"
@@ -102,18 +103,18 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   graph::Graph g = graph::from_network(net);
   graph::verify(g, "from_network");
   json passes = json::array();
-  auto record = [&](const build::PassLog& log) {
+  auto record = [&](const builder::PassLog& log) {
     if (decl.settings.verbose)
       for (const auto& line : log.changes) std::fprintf(stderr, "[build] %s: %s\n", log.pass.c_str(), line.c_str());
     passes.push_back({{"pass", log.pass}, {"changes", log.changes}});
     graph::verify(g, log.pass);
   };
-  record(build::dead_code(g));
-  record(build::constant_fold(g, runtime::evaluate_constant_node));
-  record(build::dead_code(g));
-  record(build::fold_qdq(g));
-  record(build::dead_code(g));
-  record(build::fuse_pointwise(g, [&](const graph::Graph& gr, const graph::Node& n, const graph::EpilogueOp& op) {
+  record(builder::dead_code(g));
+  record(builder::constant_fold(g, runtime::evaluate_constant_node));
+  record(builder::dead_code(g));
+  record(builder::fold_qdq(g));
+  record(builder::dead_code(g));
+  record(builder::fuse_pointwise(g, [&](const graph::Graph& gr, const graph::Node& n, const graph::EpilogueOp& op) {
     return backend.can_fuse(gr, n, op);
   }));
 
@@ -145,7 +146,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   // them bounds every node's scratch, and the backend picks tactics within it.
   plan.max_bytes.resize(g.values.size());
   for (std::size_t v = 0; v < g.values.size(); ++v) plan.max_bytes[v] = bytes_of(at_max[v]);
-  plan.memory = build::plan_memory(g, plan.max_bytes);
+  plan.memory = plan::plan_memory(g, plan.max_bytes);
   const std::uint64_t limit = decl.settings.workspace_limit;
   if (limit > 0 && plan.memory.arena_bytes > limit)
     throw BuildError("[build] the engine's activations need " + std::to_string(plan.memory.arena_bytes) +

@@ -9,7 +9,7 @@
 
 #include "graph/graph.h"
 
-namespace tensoracle::build {
+namespace tensoracle::builder {
 
 struct PassLog {
   std::string pass;
@@ -41,14 +41,4 @@ PassLog fold_qdq(graph::Graph& g);
 using FusionPolicy = std::function<bool(const graph::Graph&, const graph::Node&, const graph::EpilogueOp&)>;
 PassLog fuse_pointwise(graph::Graph& g, const FusionPolicy& can_fuse);
 
-// Activation memory: every value a node produces that is not a network output gets an offset
-// in one arena; values whose lifetimes (producer .. last reader) overlap never share bytes.
-struct MemoryPlan {
-  std::vector<std::int64_t> offsets;  // per value; -1 when not in the arena
-  std::uint64_t arena_bytes = 0;      // peak
-  std::uint64_t naive_bytes = 0;      // sum of all arena values' sizes (no sharing)
-  static constexpr std::uint64_t kAlignment = 256;
-};
-MemoryPlan plan_memory(const graph::Graph& g, const std::vector<std::uint64_t>& value_bytes);
-
-}  // namespace tensoracle::build
+}  // namespace tensoracle::builder

@@ -1,9 +1,11 @@
 // Internal: a strict reader of the zip archives torch.save writes, over bytes held by the
-// caller (a memory-mapped file). Only what torch writes is accepted: one disk, stored
-// (uncompressed) entries, no encryption; zip64 end records and extra fields where sizes or
-// offsets pass 4 GiB. Everything is bounds-checked with overflow-safe arithmetic; any
-// violation throws FormatError "[pth] NAME: zip: ..." (UnsupportedError for a compressed or
-// encrypted entry, which is valid zip that torch never writes).
+// caller (a memory-mapped file); the .pth converter (convert/checkpoint.cpp) and the .npz
+// reader (io/npy.cpp, which renames the messages' component) use it. Only what torch writes
+// is accepted: one disk, stored (uncompressed) entries, no encryption; zip64 end records and
+// extra fields where sizes or offsets pass 4 GiB. Everything is bounds-checked with
+// overflow-safe arithmetic; any violation throws FormatError "[pth] NAME: zip: ..."
+// (UnsupportedError for a compressed or encrypted entry, which is valid zip that torch never
+// writes).
 //
 //   ZipArchive zip = ZipArchive::parse(bytes, "model.pth");
 //   if (const ZipEntry* e = zip.find("model/data.pkl")) use(zip.data(*e));
@@ -20,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace tensoracle::pth {
+namespace tensoracle::io {
 
 struct ZipEntry {
   std::string name;
@@ -57,4 +59,4 @@ class ZipArchive {
   bool zip64_ = false;
 };
 
-}  // namespace tensoracle::pth
+}  // namespace tensoracle::io
