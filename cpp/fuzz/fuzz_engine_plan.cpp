@@ -12,20 +12,20 @@
 // sanitizer report, is a finding.
 //
 // Structure-aware: byte-level mutations of JSON mostly give text that does not parse, so the
-// custom mutator below parses the document and changes it as an attacker would — a number
-// becomes 0, -1, 2^31, 2^64 - 1, a neighbouring id or another number of the document; an array
-// loses, repeats or reorders elements; an object loses a key or takes another's value; a
-// string becomes one of the plan's vocabulary (layer, type and tactic names); a value is
-// nested a few or many levels deep. A third of the changes know the plan's schema and edit
-// linked fields together, so that the change gets past the checks between them to what
-// allocates and runs: a memory size or a value's offset becomes 0 or one that wraps; a node
-// loses inputs or names another value; a node writes a constant or an input, that value says
-// so and the node's readers follow; an epilogue operand or a graph input names another id; one I/O entry takes another's
-// value and shape (the graph's outputs list follows, the layer left without a reader goes).
-// Some of the time the mutator starts
-// again from the network's own plan. Byte-level mutation stays as one of the choices. Run it
-// with a -max_len well above the seed's size (scripts/run-tests.sh passes 65536): libFuzzer's
-// default, the largest seed, would refuse every change that lengthens the document.
+// custom mutator below parses the document and changes it as an attacker would — a number becomes
+// 0, -1, 2^31, 2^64 - 1, a neighbouring id or another number of the document; an array loses,
+// repeats or reorders elements; an object loses a key or takes another's value; a string becomes
+// one of the plan's vocabulary (layer, type and tactic names); a value is nested a few or many
+// levels deep. A third of the changes know the plan's schema and edit linked fields together, so
+// that the change gets past the checks between them to what allocates and runs: a memory size or a
+// value's offset becomes 0 or one that wraps; a node loses inputs or names another value; a node
+// writes another value (often one of its output's shape: a constant, an input), that value says so
+// and the node's readers follow; an epilogue operand or a graph input names another id; one I/O
+// entry takes another's value and shape (the graph's outputs list follows, the layer left without
+// a reader goes). Some of the time the mutator starts again from the network's own plan. Byte-
+// level mutation stays as one of the choices. Run it with a -max_len well above the seed's size
+// (scripts/run-tests.sh passes 65536): libFuzzer's default, the largest seed, would refuse every
+// change that lengthens the document.
 //
 // Seeds are this network's own plan (they must name its constants):
 //   TENSORACLE_FUZZ_WRITE_SEEDS=/tmp/plan-seeds build/fuzz/fuzz/fuzz_engine_plan -runs=0
@@ -360,24 +360,34 @@ bool mutate_plan(json& doc, std::mt19937_64& rng) {
       json* values = member(doc, "values");
       if (!output || !values || !values->is_array() || values->empty()) return false;
       const std::int64_t index = node - &doc["nodes"][0];
-      const json id = interesting_id(rng, doc);
       const json old_id = *output;
-      *output = id;
-      if (rng() % 3 == 0 || !old_id.is_number_integer() || !id.is_number_integer()) return true;
       const auto in_range = [&](const json& v) {
-        return v.get<std::int64_t>() >= 0 && v.get<std::uint64_t>() < values->size() && (*values)[v.get<std::size_t>()].is_object();
+        return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::uint64_t>() < values->size() &&
+               (*values)[v.get<std::size_t>()].is_object();
       };
-      if (!in_range(old_id) || !in_range(id)) return true;
+      // Half the time a value of the output's own shape, as an attacker who wants the shape
+      // checks to pass picks it.
+      json id = interesting_id(rng, doc);
+      if (in_range(old_id) && rng() % 2 == 0) {
+        std::vector<std::int64_t> same;
+        const json& dims = (*values)[old_id.get<std::size_t>()].value("dims", json());
+        for (std::size_t i = 0; i < values->size(); ++i)
+          if (i != old_id.get<std::size_t>() && (*values)[i].is_object() && (*values)[i].value("dims", json()) == dims)
+            same.push_back(static_cast<std::int64_t>(i));
+        if (!same.empty()) id = same[rng() % same.size()];
+      }
+      *output = id;
+      if (rng() % 4 == 0 || !in_range(old_id) || !in_range(id)) return true;
       json& was = (*values)[old_id.get<std::size_t>()];
       json& now = (*values)[id.get<std::size_t>()];
       now["producer"] = index;
       was["producer"] = -1;
-      if (rng() % 2 == 0) {
+      if (rng() % 4 != 0) {
         now["is_output"] = was.value("is_output", false);
         was["is_output"] = false;
         was["arena_offset"] = -1;
       }
-      if (rng() % 2 == 0) replace_id(doc, old_id, id);
+      if (rng() % 4 != 0) replace_id(doc, old_id, id);
       return true;
     }
     case 3: {  // an epilogue operand names another value
