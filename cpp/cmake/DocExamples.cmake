@@ -1,5 +1,5 @@
 # Every ```cpp block of the user guide (docs/*.md, but architecture.md) is a complete program:
-# each is written to the build tree, compiled against tensoracle_core and run by CTest (labels
+# each is written to the build tree, compiled against the library (target tensoracle) and run by CTest (labels
 # cpu and docs) in its own, empty folder, with the engine cache inside it. Editing a page reconfigures.
 # python/tests/test_docs.py checks that CTest lists one test per block.
 function(tensoracle_add_doc_examples docs_dir)
@@ -37,7 +37,7 @@ function(tensoracle_add_doc_examples docs_dir)
         file(WRITE "${source}" "${code}")
       endif()
       add_executable(doc_${name} "${source}")
-      target_link_libraries(doc_${name} PRIVATE tensoracle_core)
+      target_link_libraries(doc_${name} PRIVATE tensoracle)
       target_compile_options(doc_${name} PRIVATE -Wall -Wextra)
       set(run_dir "${CMAKE_CURRENT_BINARY_DIR}/docs/run_${name}")
       add_test(NAME docs.${stem}.${n}

@@ -14,17 +14,18 @@
 #include <fstream>
 #include <thread>
 
+#include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/onednn.h"
 #include "cache/digest_memo.h"
 #include "cache/identity.h"
 #include "cache/lock.h"
 #include "cache/open.h"
 #include "cache/store.h"
+#include "cache_model.h"
 #include "core/atomic_file.h"
 #include "core/file_stat.h"
 #include "plan/plan.h"
-#include "runtime/backend.h"
-#include "cache_model.h"
 #include "st_helpers.h"
 #include "tensoracle/cache.h"
 #include "tensoracle/errors.h"
@@ -306,7 +307,7 @@ class CacheIdentity : public ::testing::TestWithParam<Variation> {};
 
 TEST_P(CacheIdentity, FieldChangesTheEntry) {
   Model m;
-  const cache::Environment base_env = cache::current_environment(runtime::cpu_backend());
+  const cache::Environment base_env = cache::current_environment(cpu::cpu_backend());
   auto base = cache::open_engine_with(base_env, m.graph(), Model::declaration(), m.options());
   ASSERT_TRUE(base.built);
 

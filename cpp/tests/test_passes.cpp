@@ -1,10 +1,11 @@
 // Builder passes: each checked by the graph's structure after it runs, not only by numbers.
 #include <gtest/gtest.h>
 
+#include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
 #include "builder/passes.h"
 #include "graph/graph.h"
 #include "plan/memory_plan.h"
-#include "runtime/backend.h"
 #include "tensoracle/errors.h"
 
 using namespace tensoracle;
@@ -59,7 +60,7 @@ TEST(Passes, ConstantFoldingEvaluatesConstantSubgraphsButKeepsDequantize) {
   y->set_name("mul");
   net.mark_output(y->get_output(0));
   Graph g = graph::from_network(net);
-  auto log = builder::constant_fold(g, runtime::evaluate_constant_node);
+  auto log = builder::constant_fold(g, cpu::evaluate_constant_node);
   graph::verify(g, "constant_fold");
   EXPECT_EQ(node_names(g), (std::vector<std::string>{"dq_weights", "mul"}));
   ASSERT_EQ(log.changes.size(), 2u);
@@ -188,7 +189,7 @@ TEST(Passes, FoldQdqRewritesAQuantizedProductIntoOneNode) {
   mm->set_name("mm");
   net.mark_output(mm->get_output(0));
   Graph g = graph::from_network(net);
-  builder::constant_fold(g, runtime::evaluate_constant_node);
+  builder::constant_fold(g, cpu::evaluate_constant_node);
   builder::dead_code(g);
   auto log = builder::fold_qdq(g);
   graph::verify(g, "fold_qdq");

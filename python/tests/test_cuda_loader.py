@@ -1,4 +1,4 @@
-"""How the core finds and opens the CUDA backend library (runtime/backend.cpp), on any machine:
+"""How the core finds and opens the CUDA backend library (runtime/devices.cpp), on any machine:
 each case runs in a fresh process (the library is opened once per process) with
 $TENSORACLE_CUDA_BACKEND pointing at something that is not a usable backend; asking for
 cuda:0 must then raise BuildError saying why, never crash."""
@@ -78,7 +78,7 @@ def test_a_shared_library_without_the_entry_point_or_failing_is_refused(tmp_path
         "}\n"
     )
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(failing), str(src)], check=True)
-    # The core passes its backend interface version (runtime/backend.h).
-    header = (Path(__file__).resolve().parents[2] / "cpp" / "src" / "runtime" / "backend.h").read_text()
+    # The core passes its backend interface version (backends/backend.h).
+    header = (Path(__file__).resolve().parents[2] / "cpp" / "src" / "backends" / "backend.h").read_text()
     abi = re.search(r"kBackendAbiVersion = (\d+);", header).group(1)
     assert f"BuildError: [build] device 'cuda:0': [cuda] stand-in backend: abi {abi}, device 0" in build_with(str(failing))

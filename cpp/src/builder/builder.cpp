@@ -3,11 +3,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/cpu_backend.h"
 #include "builder/passes.h"
 #include "graph/graph.h"
 #include "plan/memory_plan.h"
 #include "plan/plan.h"
-#include "runtime/backend.h"
+#include "runtime/devices.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/plugin_library.h"
 
@@ -91,7 +92,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
                                                const std::vector<std::filesystem::path>& plugins) {
   decl.settings.validate();
   load_plugin_libraries(plugins);  // before the graph function, which may add plugin layers
-  const runtime::Backend& backend = runtime::backend_for(decl.settings.device);
+  const backends::Backend& backend = runtime::backend_for(decl.settings.device);
 
   // Shared, so that the graph function may keep the network beyond this call (builder.h).
   const auto owned = std::make_shared<Network>();
@@ -110,7 +111,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
     graph::verify(g, log.pass);
   };
   record(builder::dead_code(g));
-  record(builder::constant_fold(g, runtime::evaluate_constant_node));
+  record(builder::constant_fold(g, cpu::evaluate_constant_node));
   record(builder::dead_code(g));
   record(builder::fold_qdq(g));
   record(builder::dead_code(g));
@@ -128,7 +129,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   auto corner = [&](Dims InputShape::*which) {
     std::vector<Dims> dims;
     for (const auto& s : profile) dims.push_back(s.*which);
-    return graph::infer_shapes(g, dims, runtime::evaluate_shape_node);
+    return graph::infer_shapes(g, dims, cpu::evaluate_shape_node);
   };
   auto at_min = corner(&InputShape::min), at_opt = corner(&InputShape::opt), at_max = corner(&InputShape::max);
   for (std::size_t v = 0; v < at_max.size(); ++v)
@@ -151,7 +152,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   if (limit > 0 && plan.memory.arena_bytes > limit)
     throw BuildError("[build] the engine's activations need " + std::to_string(plan.memory.arena_bytes) +
                      " bytes at the profile's max shapes, above workspace_limit " + std::to_string(limit));
-  const std::uint64_t scratch_limit = limit > 0 ? limit - plan.memory.arena_bytes : runtime::kNoScratchLimit;
+  const std::uint64_t scratch_limit = limit > 0 ? limit - plan.memory.arena_bytes : backends::kNoScratchLimit;
   auto descs_of = [&](const std::vector<graph::TensorDesc>& at, const graph::Node& n) {
     std::vector<graph::TensorDesc> d;
     for (int v : n.all_inputs()) d.push_back(at[static_cast<std::size_t>(v)]);
@@ -162,7 +163,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
       throw BuildError("[build] layer '" + n.name + "': the " + backend.name() + " backend has no kernel for it");
     // Level 0 takes the first candidate; the CUDA backend times GEMM algorithms from level 2.
     const auto in = descs_of(at_opt, n), in_max = descs_of(at_max, n);
-    runtime::TacticQuery q{in, at_opt[static_cast<std::size_t>(n.output)], in_max, at_max[static_cast<std::size_t>(n.output)],
+    backends::TacticQuery q{in, at_opt[static_cast<std::size_t>(n.output)], in_max, at_max[static_cast<std::size_t>(n.output)],
                            decl.settings.optimization_level, scratch_limit};
     n.tactic = backend.choose_tactic(g, n, q);
   }
@@ -171,9 +172,9 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   const graph::Node* widest = nullptr;
   for (const auto& n : g.nodes) {
     auto kernel = backend.instantiate(g, n);
-    std::vector<runtime::Buffer> in;
+    std::vector<backends::Buffer> in;
     for (int v : n.all_inputs()) in.push_back({nullptr, at_max[static_cast<std::size_t>(v)].type, at_max[static_cast<std::size_t>(v)].dims});
-    runtime::Buffer out{nullptr, at_max[static_cast<std::size_t>(n.output)].type, at_max[static_cast<std::size_t>(n.output)].dims};
+    backends::Buffer out{nullptr, at_max[static_cast<std::size_t>(n.output)].type, at_max[static_cast<std::size_t>(n.output)].dims};
     const std::uint64_t bytes = kernel->workspace_bytes(in, out);
     if (!widest || bytes > plan.workspace_bytes) widest = &n;
     plan.workspace_bytes = std::max<std::uint64_t>(plan.workspace_bytes, bytes);

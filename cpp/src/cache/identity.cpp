@@ -1,6 +1,5 @@
 #include "cache/identity.h"
 
-#include <cblas.h>
 #include <sys/utsname.h>
 #include <xxhash.h>
 
@@ -8,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/text.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/plugin_library.h"
@@ -40,14 +40,6 @@ std::string machine_name() {
 #endif
 }
 
-// "OpenBLAS 0.3.21" from openblas_get_config()'s "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Haswell ...".
-std::string openblas_version() {
-  std::istringstream in(openblas_get_config());
-  std::string product, version;
-  in >> product >> version;
-  return product + " " + version;
-}
-
 std::string hex_digest(const std::string& text) {
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH3_128bits(text.data(), text.size()));
@@ -73,7 +65,7 @@ void check_text(const std::string& value, const char* field) {
 
 }  // namespace
 
-const Environment& current_environment(const runtime::Backend& backend) {
+const Environment& current_environment(const backends::Backend& backend) {
   static std::mutex mu;
   static std::map<std::string, Environment> known;
   std::lock_guard lock(mu);
@@ -84,7 +76,7 @@ const Environment& current_environment(const runtime::Backend& backend) {
     env.os = os_name();
     env.arch = machine_name();
     env.engine_format = kEngineFormatVersion;
-    env.libraries = {{"tensoracle", TENSORACLE_VERSION}, {"openblas", openblas_version()}};
+    env.libraries = {{"tensoracle", TENSORACLE_VERSION}, {"openblas", cpu::openblas_version()}};
     it = known.emplace(backend.name(), std::move(env)).first;
   }
   return it->second;
@@ -109,7 +101,7 @@ EngineBuild effective_declaration(const EngineBuild& declaration, const OpenOpti
   return e;
 }
 
-EngineIdentity compute_identity(const Environment& env, const runtime::Backend& backend, const EngineBuild& effective,
+EngineIdentity compute_identity(const Environment& env, const backends::Backend& backend, const EngineBuild& effective,
                                 const OpenOptions& options, DigestMemo& memo) {
   // Plugin libraries are loaded first — before any saved engine is opened, whose plugin layers
   // need their creators — and their digests are those of the bytes that were loaded.

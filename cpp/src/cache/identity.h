@@ -18,7 +18,7 @@
 #include <string>
 
 #include "cache/digest_memo.h"
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "tensoracle/cache.h"
 
 namespace tensoracle::cache {
@@ -34,7 +34,7 @@ struct Environment {
 };
 
 // The environment of this process for `backend` (computed once per backend and process).
-const Environment& current_environment(const runtime::Backend& backend);
+const Environment& current_environment(const backends::Backend& backend);
 
 // "cpu: AMD EPYC" — backend and device model, for listings.
 std::string device_label(const nlohmann::json& target);
@@ -49,7 +49,7 @@ void check_options(const OpenOptions& options);
 // hashes the weights (through `memo`), and returns the identity. Throws PluginLibraryError for a
 // plugin library that is missing, unreadable, incompatible or changed since it was loaded,
 // IoError/FormatError for a weight file.
-EngineIdentity compute_identity(const Environment& env, const runtime::Backend& backend, const EngineBuild& effective,
+EngineIdentity compute_identity(const Environment& env, const backends::Backend& backend, const EngineBuild& effective,
                                 const OpenOptions& options, DigestMemo& memo);
 
 }  // namespace tensoracle::cache

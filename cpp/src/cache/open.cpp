@@ -19,6 +19,7 @@
 #include "cache/store.h"
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
+#include "runtime/devices.h"
 #include "runtime/engine_access.h"
 #include "tensoracle/errors.h"
 
@@ -167,7 +168,7 @@ void check_io(const Engine& engine, const EngineIO& io, const std::string& name,
 EngineIdentity engine_identity_with(const Environment& env, const EngineBuild& declaration, const OpenOptions& options) {
   check_options(options);
   EngineBuild eff = effective_declaration(declaration, options);
-  const runtime::Backend& backend = runtime::backend_for(eff.settings.device);
+  const backends::Backend& backend = runtime::backend_for(eff.settings.device);
   const CacheFolder folder = cache_folder(options.cache_dir);
   DigestMemo memo(folder);
   auto id = compute_identity(env, backend, eff, options, memo);
@@ -179,7 +180,7 @@ EngineHandle open_engine_with(const Environment& env, const GraphFunction& graph
                               const OpenOptions& options) {
   check_options(options);
   EngineBuild eff = effective_declaration(declaration, options);
-  const runtime::Backend& backend = runtime::backend_for(eff.settings.device);
+  const backends::Backend& backend = runtime::backend_for(eff.settings.device);
   const CacheFolder folder = cache_folder(options.cache_dir);
   DigestMemo memo(folder);
   const EngineIdentity id = compute_identity(env, backend, eff, options, memo);

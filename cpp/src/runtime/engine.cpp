@@ -5,10 +5,11 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
 #include "plan/plan.h"
-#include "runtime/backend.h"
+#include "runtime/devices.h"
 #include "runtime/engine_access.h"
 #include "runtime/memory_checks.h"
 #include "tensoracle/errors.h"
@@ -28,8 +29,8 @@ std::uint64_t bytes_of(DataType t, const Dims& d) { return graph::byte_size(t, d
 struct Engine::State {
   plan::Plan plan;
   std::shared_ptr<const void> owner;  // the mapping or the byte copy the weights live in
-  const runtime::Backend* backend = nullptr;
-  std::vector<std::unique_ptr<runtime::NodeKernel>> kernels;
+  const backends::Backend* backend = nullptr;
+  std::vector<std::unique_ptr<backends::NodeKernel>> kernels;
   std::unordered_map<std::string, std::size_t> io_index;
   std::uint64_t weight_bytes = 0;
   // Where each constant value lives for the kernels: in the mapping for host backends; for
@@ -51,7 +52,7 @@ namespace {
 void upload_constants(Engine::State& st) {
   const auto& values = st.plan.graph.values;
   st.constants.assign(values.size(), nullptr);
-  if (st.backend->memory() == runtime::MemoryKind::kHost) {
+  if (st.backend->memory() == backends::MemoryKind::kHost) {
     for (std::size_t v = 0; v < values.size(); ++v)
       if (values[v].constant) st.constants[v] = const_cast<void*>(values[v].constant->values());
     return;
@@ -69,7 +70,7 @@ void upload_constants(Engine::State& st) {
       if (!values[v].constant) continue;
       auto bytes = values[v].constant->bytes();
       st.constants[v] = base + at;
-      st.backend->copy(base + at, bytes.data(), bytes.size(), runtime::CopyKind::kHostToDevice, stream);
+      st.backend->copy(base + at, bytes.data(), bytes.size(), backends::CopyKind::kHostToDevice, stream);
       at += align_up(bytes.size());
     }
     st.backend->synchronize(stream);
@@ -87,7 +88,7 @@ std::shared_ptr<const Engine::State> open_state(std::span<const std::byte> bytes
   st->owner = std::move(owner);
   const auto& backend_name = st->plan.target.is_object() ? st->plan.target.value("backend", "") : "";
   if (backend_name == "cpu") {
-    st->backend = &runtime::cpu_backend();
+    st->backend = &cpu::cpu_backend();
   } else if (backend_name == "cuda") {
     try {
       st->backend = &runtime::cuda_backend(-1);  // the calling thread's current device
@@ -211,13 +212,13 @@ std::shared_ptr<void> Engine::allocate(std::size_t bytes) const {
 
 void Engine::copy_from_host(void* dst, const void* src, std::size_t bytes) const {
   const auto& b = *state_->backend;
-  b.copy(dst, src, bytes, b.memory() == runtime::MemoryKind::kHost ? runtime::CopyKind::kDeviceToDevice : runtime::CopyKind::kHostToDevice, nullptr);
+  b.copy(dst, src, bytes, b.memory() == backends::MemoryKind::kHost ? backends::CopyKind::kDeviceToDevice : backends::CopyKind::kHostToDevice, nullptr);
   b.synchronize(nullptr);
 }
 
 void Engine::copy_to_host(void* dst, const void* src, std::size_t bytes) const {
   const auto& b = *state_->backend;
-  b.copy(dst, src, bytes, b.memory() == runtime::MemoryKind::kHost ? runtime::CopyKind::kDeviceToDevice : runtime::CopyKind::kDeviceToHost, nullptr);
+  b.copy(dst, src, bytes, b.memory() == backends::MemoryKind::kHost ? backends::CopyKind::kDeviceToDevice : backends::CopyKind::kDeviceToHost, nullptr);
   b.synchronize(nullptr);
 }
 
@@ -238,7 +239,7 @@ std::uint64_t Engine::weight_bytes() const noexcept { return state_->weight_byte
 
 struct Execution::State {
   Engine engine;
-  const runtime::Backend& backend;
+  const backends::Backend& backend;
   std::byte* arena = nullptr;
   std::vector<Dims> input_dims;       // per graph input; rank -1 style: `set` flags below
   std::vector<bool> input_set;
@@ -256,7 +257,7 @@ struct Execution::State {
   std::uint64_t warm_epoch = ~0ull;
   std::vector<void*> warm_addresses;
   void* warm_stream = nullptr;
-  std::unique_ptr<runtime::Backend::Recording> recording;
+  std::unique_ptr<backends::Backend::Recording> recording;
   // Execution::run on a device backend: I/O buffers in device memory and a stream of its own.
   std::byte* io_block = nullptr;
   std::vector<std::byte*> io_device;
@@ -286,7 +287,7 @@ struct Execution::State {
       if (!input_set[i])
         throw InvalidArgument("[execution] input '" + p.io[i].name + "' " + p.io[i].dims.str() +
                               " has dynamic dimensions: call set_input_shape first");
-    shapes = graph::infer_shapes(p.graph, input_dims, runtime::evaluate_shape_node, &values);
+    shapes = graph::infer_shapes(p.graph, input_dims, cpu::evaluate_shape_node, &values);
     for (std::size_t v = 0; v < shapes.size(); ++v)
       if (!shapes[v].dims.all_known())
         throw InvalidArgument("[execution] tensor '" + p.graph.values[v].name + "' has dims " + shapes[v].dims.str() +
@@ -304,7 +305,7 @@ struct Execution::State {
     }
     // Each node's scratch at these shapes must fit what was planned at the profile's max (a
     // kernel's need may not shrink with its shapes: a plugin's workspace_size, say).
-    std::vector<runtime::Buffer> in;
+    std::vector<backends::Buffer> in;
     for (std::size_t n = 0; n < p.graph.nodes.size(); ++n) {
       const auto& node = p.graph.nodes[n];
       in.clear();
@@ -318,7 +319,7 @@ struct Execution::State {
                               (node.type() == LayerType::kPLUGIN ? " (a plugin's workspace_size must not grow when shapes shrink)" : ""));
     }
     host_bytes.assign(shapes.size(), {});
-    if (backend.memory() == runtime::MemoryKind::kDevice)
+    if (backend.memory() == backends::MemoryKind::kDevice)
       for (const auto& n : p.graph.nodes) {
         auto o = static_cast<std::size_t>(n.output);
         if (!values[o]) continue;
@@ -441,7 +442,7 @@ bool Execution::graph_replay() const noexcept { return state_->graph_replay; }
 void Execution::enqueue(void* stream) {
   InUse in_use(state_->user);
   auto& s = *state_;
-  const bool device = s.backend.memory() == runtime::MemoryKind::kDevice;
+  const bool device = s.backend.memory() == backends::MemoryKind::kDevice;
   if (!device || !s.graph_replay || stream == nullptr) {
     run_nodes(stream, nullptr);
     return;
@@ -471,7 +472,7 @@ void Execution::enqueue(void* stream) {
 }
 
 struct Execution::Profiler {
-  runtime::Backend::Timeline& timeline;
+  backends::Backend::Timeline& timeline;
 };
 
 std::vector<double> Execution::enqueue_profiled(void* stream) {
@@ -490,7 +491,7 @@ void Execution::run_nodes(void* stream, Profiler* profiler) {
   s.infer();
   const auto& p = s.plan();
   const auto& g = p.graph;
-  const bool device = backend.memory() == runtime::MemoryKind::kDevice;
+  const bool device = backend.memory() == backends::MemoryKind::kDevice;
   std::vector<void*> ptr(g.values.size(), nullptr);
   for (std::size_t i = 0; i < p.io.size(); ++i) {
     auto v = static_cast<std::size_t>(p.io_values[i]);
@@ -506,13 +507,13 @@ void Execution::run_nodes(void* stream, Profiler* profiler) {
   }
   void* workspace = s.arena + align_up(p.memory.arena_bytes);
   const auto& kernels = s.engine.state_->kernels;
-  std::vector<runtime::Buffer> in;
+  std::vector<backends::Buffer> in;
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     const auto& node = g.nodes[n];
     auto o = static_cast<std::size_t>(node.output);
     if (device && !s.host_bytes[o].empty()) {
       // A shape tensor the host computed: its bytes, not a kernel.
-      if (ptr[o]) backend.copy(ptr[o], s.host_bytes[o].data(), s.host_bytes[o].size(), runtime::CopyKind::kHostToDevice, stream);
+      if (ptr[o]) backend.copy(ptr[o], s.host_bytes[o].data(), s.host_bytes[o].size(), backends::CopyKind::kHostToDevice, stream);
     } else {
       in.clear();
       for (int v : node.all_inputs()) {
@@ -560,7 +561,7 @@ std::map<std::string, HostTensor> Execution::run(const std::map<std::string, Hos
     out.emplace(t.name, std::move(h));
   }
   auto& s = *state_;
-  if (s.backend.memory() == runtime::MemoryKind::kHost) {
+  if (s.backend.memory() == backends::MemoryKind::kHost) {
     enqueue();
     return out;
   }
@@ -586,11 +587,11 @@ std::map<std::string, HostTensor> Execution::run(const std::map<std::string, Hos
   for (std::size_t i = 0; i < p.io.size(); ++i) {
     if (p.io[i].mode != TensorIOMode::kINPUT) continue;
     const auto& d = s.shapes[static_cast<std::size_t>(p.io_values[i])];
-    s.backend.copy(s.io_device[i], host[i], bytes_of(d.type, d.dims), runtime::CopyKind::kHostToDevice, s.run_stream);
+    s.backend.copy(s.io_device[i], host[i], bytes_of(d.type, d.dims), backends::CopyKind::kHostToDevice, s.run_stream);
   }
   enqueue(s.run_stream);
   for (auto& [name, h] : out)
-    s.backend.copy(h.data.get(), s.io_device[s.io(name)], h.nbytes, runtime::CopyKind::kDeviceToHost, s.run_stream);
+    s.backend.copy(h.data.get(), s.io_device[s.io(name)], h.nbytes, backends::CopyKind::kDeviceToHost, s.run_stream);
   s.backend.synchronize(s.run_stream);
   return out;
 }

@@ -2,11 +2,14 @@
 
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::runtime {
 
-void check_memory_plan(const plan::Plan& plan, std::span<const std::unique_ptr<NodeKernel>> kernels,
+using backends::Buffer;
+
+void check_memory_plan(const plan::Plan& plan, std::span<const std::unique_ptr<backends::NodeKernel>> kernels,
                        const std::string& name) {
   auto corrupt = [&](const std::string& why) {
     return CorruptEngineError("[engine] " + name + ": " + why + "; rebuild the engine");
@@ -16,7 +19,7 @@ void check_memory_plan(const plan::Plan& plan, std::span<const std::unique_ptr<N
   for (std::size_t i = 0; i < g.inputs.size(); ++i) max_dims.push_back(plan.io[i].max);
   std::vector<graph::TensorDesc> at_max;
   try {
-    at_max = graph::infer_shapes(g, max_dims, evaluate_shape_node);
+    at_max = graph::infer_shapes(g, max_dims, cpu::evaluate_shape_node);
   } catch (const std::exception& e) {
     throw corrupt(std::string("its shapes at the profile's max do not infer (") + e.what() + ")");
   }

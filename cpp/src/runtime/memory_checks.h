@@ -10,8 +10,8 @@
 #include <span>
 #include <string>
 
+#include "backends/backend.h"
 #include "plan/plan.h"
-#include "runtime/backend.h"
 
 namespace tensoracle::runtime {
 
@@ -24,7 +24,7 @@ inline constexpr std::uint64_t kMaxEngineMemory = std::uint64_t{1} << 50;
 // the arena is no larger than its values laid end to end and, with the workspace, within
 // kMaxEngineMemory; every node's scratch at the profile's max (`kernels[i]` runs node i) fits
 // the workspace. Throws CorruptEngineError naming the engine (`name`) and the tensor or layer.
-void check_memory_plan(const plan::Plan& plan, std::span<const std::unique_ptr<NodeKernel>> kernels,
+void check_memory_plan(const plan::Plan& plan, std::span<const std::unique_ptr<backends::NodeKernel>> kernels,
                        const std::string& name);
 
 }  // namespace tensoracle::runtime

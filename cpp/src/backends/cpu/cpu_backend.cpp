@@ -1,24 +1,29 @@
 // The CPU backend: runs every layer in every type, on host memory, with the kernels of
 // kernels.h. A node's epilogue runs as in-order pointwise passes over scratch buffers, so
 // every intermediate value is rounded to its declared type exactly as if unfused.
+#include <cblas.h>
 #include <sys/utsname.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <new>
+#include <sstream>
 #include <tuple>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_more.h"
 #include "backends/cpu/onednn.h"
 #include "core/text.h"
 #include "plugin/instance.h"
-#include "runtime/plugin_node.h"
-#include "runtime/backend.h"
+#include "backends/plugin_node.h"
+#include "backends/backend.h"
 #include "tensoracle/errors.h"
 
-namespace tensoracle::runtime {
+namespace tensoracle::cpu {
+
+using namespace backends;
 
 namespace {
 
@@ -412,6 +417,14 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+std::string openblas_version() {
+  // "OpenBLAS 0.3.21" from openblas_get_config()'s "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Haswell ...".
+  std::istringstream in(openblas_get_config());
+  std::string product, version;
+  in >> product >> version;
+  return product + " " + version;
+}
+
 const Backend& cpu_backend() {
   static const CpuBackend backend;
   return backend;
@@ -481,4 +494,4 @@ Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n) {
   return Weights::copy_of(outv.desc.type, data.data(), count);
 }
 
-}  // namespace tensoracle::runtime
+}  // namespace tensoracle::cpu

@@ -52,7 +52,7 @@ namespace tensoracle::cpu::onednn {
 namespace {
 
 using i64 = std::int64_t;
-using runtime::Buffer;
+using backends::Buffer;
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 using MO = MatrixOperation;

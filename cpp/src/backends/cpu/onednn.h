@@ -14,7 +14,7 @@
 #include <string>
 
 #include "graph/graph.h"
-#include "runtime/backend.h"
+#include "backends/backend.h"
 
 namespace tensoracle::cpu::onednn {
 
@@ -25,10 +25,10 @@ class Accelerated {
   virtual std::size_t fused() const = 0;
   // Workspace the run at these input shapes needs; nullopt-like false when oneDNN does not run
   // them (the caller then uses the generic kernels). `main_out` is the main op's result dims.
-  virtual bool fits(std::span<const runtime::Buffer> in, const Dims& main_out, std::size_t& workspace) const = 0;
+  virtual bool fits(std::span<const backends::Buffer> in, const Dims& main_out, std::size_t& workspace) const = 0;
   // Runs the main op and the fused prefix; `out` has the type and dims of the value the
   // prefix's last op produces. Only after fits(...) returned true for these shapes.
-  virtual void run(std::span<const runtime::Buffer> in, const Dims& main_out, const runtime::Buffer& out,
+  virtual void run(std::span<const backends::Buffer> in, const Dims& main_out, const backends::Buffer& out,
                    void* workspace) const = 0;
 };
 

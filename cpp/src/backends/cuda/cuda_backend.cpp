@@ -7,7 +7,7 @@
 // (record()).
 //
 // The core opens this library with dlopen and calls tensoracle_cuda_backend (below) once per
-// device; everything else goes through the runtime::Backend interface.
+// device; everything else goes through the backends::Backend interface.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -33,11 +33,13 @@
 #include "graph/graph.h"
 #include "graph/ops.h"
 #include "plugin/instance.h"
-#include "runtime/plugin_node.h"
-#include "runtime/backend.h"
+#include "backends/backend.h"
+#include "backends/plugin_node.h"
 #include "tensoracle/errors.h"
 
-namespace tensoracle::runtime {
+namespace tensoracle::cuda {
+
+using namespace backends;
 
 namespace {
 
@@ -1157,13 +1159,16 @@ std::array<CudaBackend*, 64> g_backends{};
 
 }  // namespace
 
-}  // namespace tensoracle::runtime
+}  // namespace tensoracle::cuda
 
-// The entry point the core's loader (runtime/backend.cpp) calls: the backend of device
+// The entry point the core's loader (runtime/devices.cpp) calls: the backend of device
 // `index` (-1: the calling thread's current device), or null with the reason in `error`.
-extern "C" __attribute__((visibility("default"))) const tensoracle::runtime::Backend* tensoracle_cuda_backend(
+extern "C" __attribute__((visibility("default"))) const tensoracle::backends::Backend* tensoracle_cuda_backend(
     int abi_version, int index, char* error, std::size_t error_size) {
-  using namespace tensoracle::runtime;
+  using namespace tensoracle::backends;
+  using tensoracle::cuda::CudaBackend;
+  using tensoracle::cuda::g_backends;
+  using tensoracle::cuda::g_backends_mutex;
   auto fail = [&](const std::string& why) -> const Backend* {
     if (error && error_size) std::snprintf(error, error_size, "%s", why.c_str());
     return nullptr;

@@ -1,4 +1,4 @@
-// The backend registry: the CPU backend lives in the core library; the CUDA backend is
+// Which backend runs a device string: the CPU backend is linked in; the CUDA backend is
 // libtensoracle_cuda.so, opened with dlopen the first time a CUDA device is asked for (or
 // "auto" finds a CUDA driver), so the core, the CLI and the Python package work on machines
 // without CUDA.
@@ -10,55 +10,20 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/module_folder.h"
-#include "runtime/backend.h"
+#include "runtime/devices.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::runtime {
 
-void Backend::copy(void* dst, const void* src, std::size_t bytes, CopyKind, void*) const {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-}
-
-void Backend::check_stream(void* stream) const {
-  if (stream != nullptr)
-    throw InvalidArgument("[execution] the " + std::string(name() == "cpu" ? "CPU" : name()) + " backend takes no stream (pass none)");
-}
-
-namespace {
-
-class HostTimeline final : public Backend::Timeline {
- public:
-  HostTimeline(const Backend& backend, void* stream) : backend_(backend), stream_(stream) {
-    backend_.synchronize(stream_);
-    marks_.push_back(std::chrono::steady_clock::now());
-  }
-  void mark() override {
-    backend_.synchronize(stream_);
-    marks_.push_back(std::chrono::steady_clock::now());
-  }
-  std::vector<double> seconds() override {
-    std::vector<double> s;
-    for (std::size_t i = 1; i < marks_.size(); ++i) s.push_back(std::chrono::duration<double>(marks_[i] - marks_[i - 1]).count());
-    return s;
-  }
-
- private:
-  const Backend& backend_;
-  void* stream_;
-  std::vector<std::chrono::steady_clock::time_point> marks_;
-};
-
-}  // namespace
-
-std::unique_ptr<Backend::Timeline> Backend::timeline(void* stream) const {
-  return std::make_unique<HostTimeline>(*this, stream);
-}
+using backends::Backend;
+using backends::kBackendAbiVersion;
+using cpu::cpu_backend;
 
 namespace {
 

@@ -1,6 +1,6 @@
-// Internal: the backend interface. One implementation per device kind: the CPU's in the core
-// library, CUDA's in libtensoracle_cuda.so (loaded at run time by backend_for, see
-// runtime/cuda_loader.cpp). A backend says which nodes it runs, which pointwise layers it can
+// Internal: the backend interface. One implementation per device kind: the CPU's
+// (backends/cpu, in the core library) and CUDA's (backends/cuda, libtensoracle_cuda.so, loaded
+// at run time by runtime::backend_for, see runtime/devices.cpp). A backend says which nodes it runs, which pointwise layers it can
 // fuse into a node, which tactics it has for a node, and instantiates a node's kernel from its
 // (serialised) tactic. It also owns the memory its kernels read and write, copies and streams.
 #pragma once
@@ -16,10 +16,10 @@
 
 #include "graph/graph.h"
 
-namespace tensoracle::runtime {
+namespace tensoracle::backends {
 
 // Bumped whenever this header or the graph structures it passes change: the core refuses a
-// backend library built against another version (cuda_loader.cpp).
+// backend library built against another version (runtime/devices.cpp).
 inline constexpr int kBackendAbiVersion = 4;  // 2: plugin nodes (PluginParams); 3: Timeline; 4: TacticQuery
 
 struct Buffer {
@@ -123,25 +123,4 @@ class Backend {
   }
 };
 
-const Backend& cpu_backend();
-
-// The backend for a device string ("cpu", "cuda", "cuda:N", or "auto": CUDA device 0 where a
-// driver, the backend library and a device are there, else the CPU); throws
-// BuildError when the device is unavailable (no CUDA backend library, driver or device) and
-// InvalidArgument when the string is malformed.
-const Backend& backend_for(const std::string& device);
-
-// The CUDA backend for device `index` (-1: the calling thread's current CUDA device), loaded
-// from libtensoracle_cuda.so on first use. Throws BuildError saying why it is unavailable.
-const Backend& cuda_backend(int index);
-
-// Evaluates node `n` of `g` on the CPU with constant inputs only; the result as owned weights.
-Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n);
-
-// The shape-tensor evaluator of graph::infer_shapes: runs node `n` on the CPU from the values
-// of its inputs (all shape tensors).
-std::vector<std::int64_t> evaluate_shape_node(const graph::Graph& g, const graph::Node& n,
-                                              std::span<const graph::TensorDesc> inputs, const graph::ShapeValues& values,
-                                              const graph::TensorDesc& out);
-
-}  // namespace tensoracle::runtime
+}  // namespace tensoracle::backends

@@ -12,10 +12,10 @@
 
 #include "graph/graph.h"
 #include "plugin/instance.h"
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "tensoracle/errors.h"
 
-namespace tensoracle::runtime {
+namespace tensoracle::backends {
 
 inline std::vector<PluginTensorDesc> plugin_descs(std::span<const Buffer> in, std::size_t count) {
   std::vector<PluginTensorDesc> d;
@@ -65,4 +65,4 @@ void run_plugin_node(const std::string& backend, const graph::Node& node, const 
   });
 }
 
-}  // namespace tensoracle::runtime
+}  // namespace tensoracle::backends
