@@ -4,10 +4,11 @@
 // around the constants of a small CPU network built here, and opened: plan::read_engine parses
 // and verifies it, Engine::deserialize checks its memory plan and instantiates the CPU
 // backend's kernel for every node. What opens is inspected and run once on zeros at the
-// profile's opt shapes, twice more into output buffers filled with different patterns: a byte
-// that differs between the two was never written (an output handed back uninitialised), and
-// what run() returned must equal what the same run wrote into the caller's buffers (the
-// engine is deterministic; an array run() allocated and never wrote differs). A
+// profile's opt shapes, then three times more into output buffers filled with two patterns: a
+// byte that differs between the two was never written (an output handed back uninitialised);
+// the third run must repeat the first (results that drift mean the engine changes its own
+// state: a node writing a weight); and what run() returned must equal what the same run wrote
+// into the caller's buffers (an array run() allocated and never wrote differs). A
 // tensoracle::Error is the expected refusal; anything else escaping, such a byte, or a
 // sanitizer report, is a finding.
 //
@@ -136,11 +137,13 @@ void run_small(const Engine& e) {
   const auto returned = x.run(inputs);
   // Every byte of every output must be written: run twice into caller buffers filled first with
   // one pattern, then another; a byte that kept its pattern was never written (the engine would
-  // hand back whatever memory held: uninitialised heap from run()).
+  // hand back whatever memory held: uninitialised heap from run()). A third run, into the first
+  // pattern again, must repeat the first: an engine whose results drift from run to run changes
+  // its own state (a node writing a weight, say).
   for (auto& [name, view] : inputs) x.set_tensor_address(name, const_cast<void*>(view.data));
-  std::map<std::string, std::vector<std::byte>> first, second;
-  for (auto* outs : {&first, &second}) {
-    const auto fill = outs == &first ? std::byte{0x00} : std::byte{0xA5};
+  std::map<std::string, std::vector<std::byte>> first, second, third;
+  for (auto* outs : {&first, &second, &third}) {
+    const auto fill = outs == &second ? std::byte{0xA5} : std::byte{0x00};
     for (const auto& [name, n] : output_bytes) {
       auto& b = (*outs)[name];
       b.assign(n + 1, fill);
@@ -149,6 +152,11 @@ void run_small(const Engine& e) {
     x.enqueue();
   }
   for (const auto& [name, n] : output_bytes) {
+    if (std::memcmp(first[name].data(), third[name].data(), n) != 0) {
+      std::fprintf(stderr, "fuzz_engine_plan: output %s changes from run to run on the same inputs (the engine "
+                   "changes its own state, a weight say)\n", name.c_str());
+      std::abort();
+    }
     if (std::memcmp(first[name].data(), second[name].data(), n) != 0) {
       std::fprintf(stderr, "fuzz_engine_plan: output %s was not fully written by the run\n", name.c_str());
       std::abort();
