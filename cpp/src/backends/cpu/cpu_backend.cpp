@@ -10,7 +10,6 @@
 #include <tuple>
 
 #include "backends/cpu/kernels.h"
-#include "backends/cpu/kernels_more.h"
 #include "backends/cpu/onednn.h"
 #include "core/text.h"
 #include "plugin/instance.h"
