@@ -1,4 +1,4 @@
-// Tests of the CPU backend's window kernels (backends/cpu/kernels_more.h: convolution,
+// Tests of the CPU backend's window kernels (backends/cpu/kernels.h: convolution,
 // deconvolution, pooling) against direct nested-loop references written here, accumulated in
 // double on the same (rounded) inputs. Output sizes and SAME padding are computed here from
 // TensorRT's rules, independently of graph/ops_more.cpp.
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
-#include "backends/cpu/kernels_more.h"
 #include "core/numeric.h"
 #include "tensoracle/errors.h"
 

@@ -1,4 +1,4 @@
-// Tests of the CPU backend's indexing kernels (backends/cpu/kernels_more.h: concatenation,
+// Tests of the CPU backend's indexing kernels (backends/cpu/kernels.h: concatenation,
 // slice, gather, select, padding, resize, einsum) against reference loops written here, one
 // output element at a time from the definitions (TensorRT's semantics, ONNX Resize's
 // coordinates). Data movement is checked bit for bit on elements of 1, 2, 4 and 8 bytes.
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernels_more.h"
+#include "backends/cpu/kernels.h"
 #include "core/numeric.h"
 #include "tensoracle/errors.h"
 

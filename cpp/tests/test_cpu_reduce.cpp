@@ -1,5 +1,5 @@
 // Tests of the CPU backend's unary, reduce, softmax and normalization kernels
-// (backends/cpu/kernels_more.h) against scalar reference loops written here. References are
+// (backends/cpu/kernels.h) against scalar reference loops written here. References are
 // computed in double (long double for sums and statistics) and rounded once to the output
 // type with a rounding written from the IEEE definition (not the kernels' conversions).
 #include <gtest/gtest.h>
@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
-#include "backends/cpu/kernels_more.h"
 #include "core/numeric.h"
 #include "tensoracle/errors.h"
 

@@ -13,7 +13,6 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
-#include "backends/cpu/kernels_more.h"
 #include "backends/cpu/onednn.h"
 #include "core/text.h"
 #include "plugin/instance.h"

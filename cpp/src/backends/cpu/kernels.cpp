@@ -1,14 +1,9 @@
-// The CPU backend's kernels: threads, copy, and the helpers every kernel file shares.
-//
-// Layout of this backend:
-//   kernels.cpp            num_threads/set_num_threads (and the public set_cpu_threads/
-//                          cpu_threads of tensoracle/engine.h), copy, the shared helpers in `detail`
-//   kernels_pointwise.cpp  elementwise, activation, cast, quantize, dequantize
-//   kernels_matmul.cpp     matmul (OpenBLAS sgemm)
-//   kernels_layout.cpp     shuffle (N-d permutation copies)
-// The helpers in `detail` are declared in kernels_util.h, with the storage tags the kernel
-// files share.
+// The CPU backend's threads (num_threads/set_num_threads, and the public set_cpu_threads/
+// cpu_threads of tensoracle/engine.h) and the helpers every kernel file shares (`detail`,
+// declared in kernels_util.h with the storage tags the kernel files share). The kernels
+// themselves are in ops/, one file per layer (kernels.h is their index).
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
 
 #include <cblas.h>
 
@@ -19,7 +14,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -80,6 +74,11 @@ void ensure_blas_threads() {
 
 [[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cpu] " + what); }
 
+std::string tn(DataType t) { return std::string(type_name(t)); }
+std::string desc(const TensorRef& t) { return tn(t.type) + t.dims.str(); }
+std::string num(std::int64_t v) { return std::to_string(v); }
+bool is_float_type(DataType t) { return t == DataType::kFLOAT || t == DataType::kHALF || t == DataType::kBF16; }
+
 std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name) {
   if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
   std::int64_t n = t.dims.volume();
@@ -117,23 +116,6 @@ bool avx512_kernels(const char* baseline_variable) {
 }
 
 }  // namespace detail
-
-void copy(const TensorRef& x, const TensorRef& out) {
-  std::int64_t n = detail::checked_volume(x, "copy", "input");
-  std::int64_t m = detail::checked_volume(out, "copy", "output");
-  if (x.type != out.type || n != m)
-    detail::fail("copy: input " + std::string(type_name(x.type)) + x.dims.str() + " and output " +
-                 std::string(type_name(out.type)) + out.dims.str() + " differ in type or volume");
-  if (n == 0 || x.data == out.data) return;
-  const auto* src = static_cast<const unsigned char*>(x.data);
-  auto* dst = static_cast<unsigned char*>(out.data);
-  std::int64_t bytes = n * static_cast<std::int64_t>(element_size(x.type));
-  // Memory bound: several threads pay only from a few MiB on.
-  detail::parallel_ranges(
-      bytes,
-      [&](std::int64_t b, std::int64_t e) { std::memcpy(dst + b, src + b, static_cast<std::size_t>(e - b)); },
-      std::int64_t{4} << 20);
-}
 
 }  // namespace tensoracle::cpu
 

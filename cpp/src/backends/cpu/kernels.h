@@ -1,4 +1,6 @@
-// Internal: the CPU backend's kernels — one function per layer kind, on typed buffers.
+// Internal: the CPU backend's kernels — one function per layer kind, on typed buffers. This
+// header is their index: one group per file of ops/ (one file per layer, the same stem as the
+// CUDA backend's ops/*.cu), in alphabetical order; the threads at the end (kernels.cpp).
 //
 // Semantics (shared with the CUDA backend, checked by the conformance suite):
 // - Values are computed in float32 for float16/bfloat16/fp8 inputs and rounded to the output
@@ -11,13 +13,18 @@
 // - Quantize: q = saturate(round_half_even(x / scale)) (int8: [-128, 127], NaN gives 0; fp8
 //   e4m3: ±448, NaN stays NaN); dequantize: x = q * scale, rounded to the output type.
 // - Matrix multiply: float32 accumulation for every float type (never TF32).
+// - Reductions (reduce, softmax, normalization statistics) accumulate in double and round to
+//   the output type once.
 //
 // Every function takes dims that are fully known and buffers that do not overlap, except
-// where noted ("may alias"). Multi-threaded with OpenMP where it pays.
+// where noted ("may alias"). Multi-threaded with OpenMP where it pays. Errors in the data (an
+// out-of-range gather index) throw InvalidArgument naming the kernel and the offending value;
+// kernels never read or write out of bounds.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "tensoracle/network.h"
 #include "tensoracle/types.h"
@@ -30,32 +37,102 @@ struct TensorRef {
   Dims dims;
 };
 
+// ops/activation.cpp
+// out may alias x.
+void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out);
+
+// ops/cast.cpp
+// Any supported type to any; out may alias x when both types have the same size.
+void cast(const TensorRef& x, const TensorRef& out);
+
+// ops/concatenation.cpp
+void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef& out);
+
+// ops/convolution.cpp
+// Padding: graph::effective_pre_padding gives the pre padding for every PaddingMode.
+std::size_t convolution_workspace_bytes(const ConvolutionParams& p, const TensorRef& x, const TensorRef& out);
+void convolution(const ConvolutionParams& p, const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
+                 const TensorRef& out, void* workspace);
+
+// ops/deconvolution.cpp
+std::size_t deconvolution_workspace_bytes(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& out);
+void deconvolution(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
+                   const TensorRef& out, void* workspace);
+
+// ops/einsum.cpp
+std::size_t einsum_workspace_bytes(const EinsumParams& p, std::span<const TensorRef> inputs, const TensorRef& out);
+void einsum(const EinsumParams& p, std::span<const TensorRef> inputs, const TensorRef& out, void* workspace);
+
+// ops/elementwise.cpp
+// out = a OP b with TensorRT broadcasting (equal ranks; each dim equal or 1). out may alias a
+// or b when it has the same dims and type.
+void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out);
+
+// ops/gather.cpp
+// Negative indices count from the end; any index outside [-dim, dim) throws InvalidArgument.
+void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out);
+
+// ops/identity.cpp
+// Copies x to out (same type and volume).
+void copy(const TensorRef& x, const TensorRef& out);
+
+// ops/matrix_multiply.cpp
 // C = op0(A) x op1(B) with batch broadcasting (see graph/ops.cpp for the shape rules).
 // `workspace` must hold matmul_workspace_bytes(...) bytes.
 std::size_t matmul_workspace_bytes(const MatrixMultiplyParams& p, const TensorRef& a, const TensorRef& b);
 void matmul(const MatrixMultiplyParams& p, const TensorRef& a, const TensorRef& b, const TensorRef& out,
             void* workspace);
 
-// out = a OP b with TensorRT broadcasting (equal ranks; each dim equal or 1). out may alias a
-// or b when it has the same dims and type.
-void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out);
+// ops/normalization.cpp
+// y = (x - mean) / sqrt(var + eps) * scale + bias; population variance over the axes in the
+// mask (and over each group's channels when num_groups > 1); scale and bias broadcast into x.
+void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
+                   const TensorRef& out);
 
-// out may alias x.
-void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out);
+// ops/padding.cpp
+void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out);
 
-// Any supported type to any; out may alias x when both types have the same size.
-void cast(const TensorRef& x, const TensorRef& out);
+// ops/pooling.cpp
+void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out);
+// The same over channels-last data: x.data and out.data hold [N, spatial..., C] while their dims
+// are the logical [N, C, spatial...]; every element equals pooling()'s on the packed data.
+void pooling_channels_last(const PoolingParams& p, const TensorRef& x, const TensorRef& out);
 
+// ops/quantize.cpp
 // Per-tensor (scale has one element) or per-channel along `axis` (already normalized >= 0).
 void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out);
 void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out);
 
+// ops/reduce.cpp
+void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out);
+
+// ops/resize.cpp
+void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out);
+
+// ops/select.cpp
+void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out);
+
+// ops/shuffle.cpp
 // out = second_transpose(reshape(first_transpose(x))); out.dims are the result's dims.
 void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out);
 
-// Copies x to out (same type and volume).
-void copy(const TensorRef& x, const TensorRef& out);
+// ops/slice.cpp
+// `fill` is the FILL mode's value (null: zero).
+void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, const TensorRef& out);
 
+// ops/softmax.cpp
+// Softmax along `axis` (already resolved, 0 <= axis < rank), max-subtracted.
+void softmax(int axis, const TensorRef& x, const TensorRef& out);
+
+// ops/topk.cpp
+// One output of topk (p.output 0: values, 1: int32 indices); see TopKParams.
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out);
+
+// ops/unary.cpp
+// All 25 operations; ROUND rounds half to even; SIGN of 0 is 0; NOT on bool; ISINF/ISNAN give bool.
+void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out);
+
+// kernels.cpp: threads
 // Number of threads kernels use (default: the machine's cores); set_num_threads(0) restores it.
 int num_threads();
 void set_num_threads(int n);

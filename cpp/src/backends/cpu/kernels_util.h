@@ -1,5 +1,7 @@
-// Internal to the CPU backend: helpers shared by the kernel files (functions defined in
-// kernels.cpp; the storage tags inline here).
+// Internal to the CPU backend: helpers shared by the kernel files (ops/*.cpp; functions defined
+// in kernels.cpp; the storage tags inline here). The helpers of one group of layers are in
+// window_util.h (convolution, deconvolution, pooling), index_util.h (the indexing layers) and
+// reduce_util.h (reduce, softmax, normalization).
 #pragma once
 
 #include <bit>
@@ -11,6 +13,15 @@
 #include "backends/cpu/kernels.h"
 #include "core/numeric.h"
 
+// Vectorizes a contiguous loop even where the build's optimization level would not (GCC's
+// -O2 cost model) and without alias checks. Safe here: an output may alias an input only
+// exactly (same element index), which a vector loop handles like a scalar one.
+#ifdef _OPENMP
+#define TENSORACLE_SIMD _Pragma("omp simd")
+#else
+#define TENSORACLE_SIMD
+#endif
+
 namespace tensoracle::cpu::detail {
 
 // Applies the process-wide thread count to OpenBLAS before the first GEMM.
@@ -18,6 +29,12 @@ void ensure_blas_threads();
 
 // Throws InvalidArgument("[cpu] " + what).
 [[noreturn]] void fail(const std::string& what);
+
+// A type's name, a tensor's type and dims ("float16[2,3]"), a number: for messages.
+std::string tn(DataType t);
+std::string desc(const TensorRef& t);
+std::string num(std::int64_t v);
+bool is_float_type(DataType t);
 
 // The tensor's element count; throws (naming `kernel` and `name`) for unknown dims, an invalid
 // type, or missing data.

@@ -41,7 +41,7 @@ inline constexpr const char* kConvTactic = "cpu.conv.onednn";
 // them. Readers learn the layout from this tactic of the value's producer.
 inline constexpr const char* kConvTacticChannelsLast = "cpu.conv.onednn.nhwc";
 // A pooling between two such convolutions (a ResNet's max-pool after its stem): it reads the
-// convolution's channels-last output and writes its own channels-last (kernels_more.h's
+// convolution's channels-last output and writes its own channels-last (kernels.h's
 // pooling_channels_last) where every reader of its output is a oneDNN convolution as above; a
 // channels-last convolution may then have such poolings among its readers.
 inline constexpr const char* kPoolTacticChannelsLast = "cpu.pooling.nhwc";

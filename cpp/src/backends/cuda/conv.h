@@ -1,5 +1,5 @@
 // Internal to the CUDA backend: convolution, deconvolution (transposed convolution) and einsum,
-// with the semantics of the CPU kernels (backends/cpu/kernels_conv.cpp, kernels_index.cpp; the
+// with the semantics of the CPU kernels (backends/cpu/ops/convolution.cpp, deconvolution.cpp, einsum.cpp; the
 // conformance suite compares the two backends). One object per node, built once (it keeps the
 // node's cuBLASLt plans); workspace_bytes() is asked at build time with the profile's largest
 // shapes (data pointers may be null: it reads no device memory), run() then works at any shapes

@@ -1,6 +1,6 @@
 // Internal: the CUDA backend's kernels — one host function per layer kind, on device buffers,
 // launched asynchronously on `stream`. Semantics are exactly those of backends/cpu/kernels.h
-// and kernels_more.h (the conformance suite compares the two backends): values of the narrow
+// (its ops/*.cpp; the conformance suite compares the two backends): values of the narrow
 // float types are computed in float32 and rounded once when stored (round to nearest even;
 // fp16/bf16 overflow to infinity; fp8 e4m3 stores saturate to ±448, NaN stays NaN), int32/int64
 // arithmetic wraps, reductions accumulate in float32 or wider as the CPU kernels do (results

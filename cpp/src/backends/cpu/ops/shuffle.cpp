@@ -1,4 +1,4 @@
-// The CPU backend's layout kernel: shuffle = second_transpose(reshape(first_transpose(x))).
+// The CPU backend's shuffle: second_transpose(reshape(first_transpose(x))).
 // A reshape moves no bytes (row-major); each non-identity transpose is one N-d permutation
 // copy. When both transposes move data, the first goes to a temporary buffer.
 #include <algorithm>

@@ -1,0 +1,34 @@
+// The CPU backend's indexing helpers that are not inline (index_util.h).
+#include "backends/cpu/index_util.h"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace tensoracle::cpu::indexing {
+
+void strides_of(const Dims& d, i64* s) {
+  i64 acc = 1;
+  for (int k = d.rank() - 1; k >= 0; --k) {
+    s[k] = acc;
+    acc *= d[k];
+  }
+}
+
+i64 prod(const Dims& d, int from, int to) {
+  i64 p = 1;
+  for (int k = from; k < to; ++k) p *= d[k];
+  return p;
+}
+
+void table_copy(const TensorRef& x, const TensorRef& out, const std::vector<std::vector<i64>>& table,
+                const void* fill, const char* kernel) {
+  by_size(element_size(x.type), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    T f{};
+    if (fill != nullptr) std::memcpy(&f, fill, sizeof(T));
+    table_copy_typed(static_cast<const T*>(x.data), static_cast<T*>(out.data), out.dims, table, f);
+  });
+}
+
+}  // namespace tensoracle::cpu::indexing

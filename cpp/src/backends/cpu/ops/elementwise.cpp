@@ -1,0 +1,272 @@
+// The CPU backend's elementwise (kernels.h): out = a OP b with broadcasting; each stored value is
+// converted to its compute type, the result rounded to the output type once, when stored.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
+
+namespace tensoracle::cpu {
+
+namespace {
+
+using i64 = std::int64_t;
+using detail::fail;
+using detail::BF16;
+using detail::Bool;
+using detail::F16;
+using detail::F32;
+using detail::Int;
+using detail::tn;
+using detail::with_float;
+using E = ElementWiseOperation;
+
+// ---- elementwise ------------------------------------------------------------------------
+
+// Both operands' strides (in elements; 0 on broadcast dims) over the output's dims, after
+// dropping size-1 dims and merging adjacent dims across which both operands stay contiguous.
+// Equal shapes collapse to one dim with strides (1, 1), a scalar operand to stride 0, a bias
+// row to dims (rows, n) with strides (n, 1) and (0, 1), a column to (rows, n), (1, 0).
+struct BroadcastPlan {
+  int rank = 0;
+  i64 dims[Dims::kMaxRank] = {};
+  i64 sa[Dims::kMaxRank] = {};
+  i64 sb[Dims::kMaxRank] = {};
+};
+
+BroadcastPlan plan_broadcast(const Dims& a, const Dims& b, const Dims& out) {
+  const int r = out.rank();
+  auto mismatch = [&] {
+    fail("elementwise: inputs " + a.str() + " and " + b.str() + " do not broadcast to the output " + out.str());
+  };
+  if (a.rank() != r || b.rank() != r) mismatch();
+  i64 stride_a[Dims::kMaxRank], stride_b[Dims::kMaxRank];
+  i64 ca = 1, cb = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    if ((a[i] != out[i] && a[i] != 1) || (b[i] != out[i] && b[i] != 1)) mismatch();
+    stride_a[i] = a[i] == 1 ? 0 : ca;
+    stride_b[i] = b[i] == 1 ? 0 : cb;
+    ca *= a[i];
+    cb *= b[i];
+  }
+  BroadcastPlan p;
+  for (int i = 0; i < r; ++i) {
+    const i64 n = out[i];
+    if (n == 1) continue;
+    const int last = p.rank - 1;
+    if (last >= 0 && p.sa[last] == stride_a[i] * n && p.sb[last] == stride_b[i] * n) {
+      p.dims[last] *= n;  // the previous dim and this one walk both operands as one
+      p.sa[last] = stride_a[i];
+      p.sb[last] = stride_b[i];
+    } else {
+      p.dims[p.rank] = n;
+      p.sa[p.rank] = stride_a[i];
+      p.sb[p.rank] = stride_b[i];
+      ++p.rank;
+    }
+  }
+  if (p.rank == 0) {  // every dim is 1: one element
+    p.rank = 1;
+    p.dims[0] = 1;
+  }
+  return p;
+}
+
+// o[0, len) = a OP b, where each operand advances by its stride (0 or 1) per element.
+// o may alias a or b only where that operand's stride is 1 (same dims as the output).
+template <class In, class Out, class Op>
+inline void binary_span(const typename In::T* a, i64 ia, const typename In::T* b, i64 ib, typename Out::T* o,
+                        i64 len, const Op& op) {
+  if (ia == 1 && ib == 1) {
+    TENSORACLE_SIMD
+    for (i64 i = 0; i < len; ++i) o[i] = Out::store(op(In::load(a[i]), In::load(b[i])));
+  } else if (ia == 1) {
+    const auto y = In::load(*b);
+    TENSORACLE_SIMD
+    for (i64 i = 0; i < len; ++i) o[i] = Out::store(op(In::load(a[i]), y));
+  } else if (ib == 1) {
+    const auto x = In::load(*a);
+    TENSORACLE_SIMD
+    for (i64 i = 0; i < len; ++i) o[i] = Out::store(op(x, In::load(b[i])));
+  } else {
+    const auto v = Out::store(op(In::load(*a), In::load(*b)));
+    std::fill_n(o, len, v);
+  }
+}
+
+// out (contiguous, n elements) = a OP b over the plan. Each thread takes a contiguous range of
+// the output and walks it row by row (a row: the plan's last dim) with an odometer.
+template <class In, class Out, class Op>
+void run_binary(const BroadcastPlan& p, const void* av, const void* bv, void* ov, i64 n, Op op) {
+  const auto* a = static_cast<const typename In::T*>(av);
+  const auto* b = static_cast<const typename In::T*>(bv);
+  auto* o = static_cast<typename Out::T*>(ov);
+  const int m = p.rank;
+  const i64 inner = p.dims[m - 1], ia = p.sa[m - 1], ib = p.sb[m - 1];
+  detail::parallel_ranges(n, [&](i64 begin, i64 end) {
+    i64 idx[Dims::kMaxRank];
+    i64 oa = 0, ob = 0, rem = begin;
+    for (int k = m - 1; k >= 0; --k) {
+      idx[k] = rem % p.dims[k];
+      rem /= p.dims[k];
+      oa += idx[k] * p.sa[k];
+      ob += idx[k] * p.sb[k];
+    }
+    i64 pos = begin;
+    while (true) {
+      const i64 len = std::min(inner - idx[m - 1], end - pos);
+      binary_span<In, Out>(a + oa, ia, b + ob, ib, o + pos, len, op);
+      pos += len;
+      if (pos >= end) break;
+      // The row is done: back to its start, then carry into the outer dims.
+      oa -= idx[m - 1] * ia;
+      ob -= idx[m - 1] * ib;
+      idx[m - 1] = 0;
+      for (int k = m - 2; k >= 0; --k) {
+        ++idx[k];
+        oa += p.sa[k];
+        ob += p.sb[k];
+        if (idx[k] < p.dims[k]) break;
+        oa -= idx[k] * p.sa[k];
+        ob -= idx[k] * p.sb[k];
+        idx[k] = 0;
+      }
+    }
+  });
+}
+
+const char* op_name(E op) {
+  switch (op) {
+    case E::kSUM: return "SUM";
+    case E::kPROD: return "PROD";
+    case E::kMAX: return "MAX";
+    case E::kMIN: return "MIN";
+    case E::kSUB: return "SUB";
+    case E::kDIV: return "DIV";
+    case E::kPOW: return "POW";
+    case E::kFLOOR_DIV: return "FLOOR_DIV";
+    case E::kAND: return "AND";
+    case E::kOR: return "OR";
+    case E::kXOR: return "XOR";
+    case E::kEQUAL: return "EQUAL";
+    case E::kGREATER: return "GREATER";
+    case E::kLESS: return "LESS";
+  }
+  return "an unknown operation";
+}
+
+[[noreturn]] void unsupported_op(E op, DataType t) {
+  fail(std::string("elementwise: ") + op_name(op) + " does not take " + tn(t));
+}
+
+struct BinaryArgs {
+  const BroadcastPlan& plan;
+  const TensorRef& a;
+  const TensorRef& b;
+  const TensorRef& out;
+  i64 n;
+  template <class In, class Out, class Op>
+  void run(Op op) const {
+    run_binary<In, Out>(plan, a.data, b.data, out.data, n, op);
+  }
+};
+
+// Float MAX and MIN propagate NaN: when either operand is NaN the result is NaN (unlike
+// IEEE fmax/fmin and CUDA's fmaxf, which return the other operand).
+template <class FT>
+void elementwise_float(E op, const BinaryArgs& r) {
+  switch (op) {
+    case E::kSUM: r.run<FT, FT>([](float x, float y) { return x + y; }); break;
+    case E::kPROD: r.run<FT, FT>([](float x, float y) { return x * y; }); break;
+    case E::kSUB: r.run<FT, FT>([](float x, float y) { return x - y; }); break;
+    case E::kDIV: r.run<FT, FT>([](float x, float y) { return x / y; }); break;
+    case E::kPOW: r.run<FT, FT>([](float x, float y) { return std::pow(x, y); }); break;
+    case E::kFLOOR_DIV: r.run<FT, FT>([](float x, float y) { return std::floor(x / y); }); break;
+    case E::kMAX:
+      r.run<FT, FT>([](float x, float y) { return (x != x || y != y) ? x + y : (x < y ? y : x); });
+      break;
+    case E::kMIN:
+      r.run<FT, FT>([](float x, float y) { return (x != x || y != y) ? x + y : (y < x ? y : x); });
+      break;
+    case E::kEQUAL: r.run<FT, Bool>([](float x, float y) { return x == y; }); break;
+    case E::kGREATER: r.run<FT, Bool>([](float x, float y) { return x > y; }); break;
+    case E::kLESS: r.run<FT, Bool>([](float x, float y) { return x < y; }); break;
+    default: unsupported_op(op, r.a.type);
+  }
+}
+
+// Two's complement wraparound through the unsigned type; DIV truncates, FLOOR_DIV rounds
+// toward negative infinity; a zero divisor gives 0; MIN / -1 wraps to MIN.
+template <class I>
+void elementwise_int(E op, const BinaryArgs& r) {
+  using U = std::make_unsigned_t<I>;
+  using T = Int<I>;
+  switch (op) {
+    case E::kSUM: r.run<T, T>([](I x, I y) { return static_cast<I>(static_cast<U>(x) + static_cast<U>(y)); }); break;
+    case E::kSUB: r.run<T, T>([](I x, I y) { return static_cast<I>(static_cast<U>(x) - static_cast<U>(y)); }); break;
+    case E::kPROD: r.run<T, T>([](I x, I y) { return static_cast<I>(static_cast<U>(x) * static_cast<U>(y)); }); break;
+    case E::kMAX: r.run<T, T>([](I x, I y) { return x < y ? y : x; }); break;
+    case E::kMIN: r.run<T, T>([](I x, I y) { return y < x ? y : x; }); break;
+    case E::kDIV:
+      r.run<T, T>([](I x, I y) -> I {
+        if (y == 0) return 0;
+        if (y == -1) return static_cast<I>(U{0} - static_cast<U>(x));
+        return static_cast<I>(x / y);
+      });
+      break;
+    case E::kFLOOR_DIV:
+      r.run<T, T>([](I x, I y) -> I {
+        if (y == 0) return 0;
+        if (y == -1) return static_cast<I>(U{0} - static_cast<U>(x));
+        I q = static_cast<I>(x / y);
+        if (x % y != 0 && ((x < 0) != (y < 0))) --q;
+        return q;
+      });
+      break;
+    case E::kEQUAL: r.run<T, Bool>([](I x, I y) { return x == y; }); break;
+    case E::kGREATER: r.run<T, Bool>([](I x, I y) { return x > y; }); break;
+    case E::kLESS: r.run<T, Bool>([](I x, I y) { return x < y; }); break;
+    default: unsupported_op(op, r.a.type);
+  }
+}
+
+void elementwise_bool(E op, const BinaryArgs& r) {
+  switch (op) {
+    case E::kAND: r.run<Bool, Bool>([](bool x, bool y) { return x && y; }); break;
+    case E::kOR: r.run<Bool, Bool>([](bool x, bool y) { return x || y; }); break;
+    case E::kXOR: r.run<Bool, Bool>([](bool x, bool y) { return x != y; }); break;
+    case E::kEQUAL: r.run<Bool, Bool>([](bool x, bool y) { return x == y; }); break;
+    default: unsupported_op(op, r.a.type);
+  }
+}
+
+}  // namespace
+
+void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
+  detail::checked_volume(a, "elementwise", "input 0");
+  detail::checked_volume(b, "elementwise", "input 1");
+  const i64 n = detail::checked_volume(out, "elementwise", "the output");
+  if (a.type != b.type) fail("elementwise: inputs have types " + tn(a.type) + " and " + tn(b.type) + "; they must match");
+  const bool compare = op == E::kEQUAL || op == E::kGREATER || op == E::kLESS;
+  const DataType want = compare ? DataType::kBOOL : a.type;
+  if (out.type != want)
+    fail(std::string("elementwise: ") + op_name(op) + " of " + tn(a.type) + " gives " + tn(want) +
+         ", not " + tn(out.type));
+  const BroadcastPlan plan = plan_broadcast(a.dims, b.dims, out.dims);
+  if (n == 0) return;
+  const BinaryArgs r{plan, a, b, out, n};
+  switch (a.type) {
+    case DataType::kFLOAT: elementwise_float<F32>(op, r); break;
+    case DataType::kHALF: elementwise_float<F16>(op, r); break;
+    case DataType::kBF16: elementwise_float<BF16>(op, r); break;
+    case DataType::kINT32: elementwise_int<std::int32_t>(op, r); break;
+    case DataType::kINT64: elementwise_int<std::int64_t>(op, r); break;
+    case DataType::kBOOL: elementwise_bool(op, r); break;
+    default: unsupported_op(op, a.type);
+  }
+}
+
+}  // namespace tensoracle::cpu

@@ -1,0 +1,214 @@
+// The CPU backend's gather (kernels.h), DEFAULT, ELEMENT and ND modes, raw elements of every type.
+// An out-of-range index is detected inside the parallel loops through a flag (exceptions must not
+// leave an OpenMP region) and thrown afterwards; no loop reads or writes out of bounds.
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/index_util.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
+
+namespace tensoracle::cpu {
+
+namespace {
+
+using namespace indexing;  // index_util.h
+
+// Records the first out-of-range index seen by any thread.
+struct BadIndex {
+  std::atomic<bool> seen{false};
+  i64 value = 0, dim = 0;
+  void report(i64 v, i64 d) {
+    bool expected = false;
+    if (seen.compare_exchange_strong(expected, true)) {
+      value = v;
+      dim = d;
+    }
+  }
+};
+
+// Maps an index in [-dim, dim) to [0, dim); false when outside.
+inline bool normalize_index(i64& v, i64 dim) {
+  if (v < -dim || v >= dim) return false;
+  if (v < 0) v += dim;
+  return true;
+}
+
+inline i64 load_index(const void* p, DataType t, i64 i) {
+  return t == DataType::kINT32 ? static_cast<i64>(static_cast<const std::int32_t*>(p)[i])
+                               : static_cast<const std::int64_t*>(p)[i];
+}
+
+}  // namespace
+
+// ---- gather -----------------------------------------------------------------------------
+
+void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out) {
+  detail::checked_volume(data, "gather", "the data");
+  const i64 ni = detail::checked_volume(indices, "gather", "the indices");
+  const i64 n = detail::checked_volume(out, "gather", "the output");
+  if (indices.type != DataType::kINT32 && indices.type != DataType::kINT64)
+    fail("gather: the indices have type " + tn(indices.type) + "; indices are int32 or int64");
+  if (out.type != data.type) fail("gather: the output has type " + tn(out.type) + "; the data has " + tn(data.type));
+  const Dims& D = data.dims;
+  const Dims& I = indices.dims;
+  const int r = D.rank(), q = I.rank();
+  i64 ds[Dims::kMaxRank];
+  strides_of(D, ds);
+  std::vector<i64> od;
+  const std::size_t es = element_size(data.type);
+  const auto* src = static_cast<const unsigned char*>(data.data);
+  auto* dst = static_cast<unsigned char*>(out.data);
+  BadIndex bad;
+  auto check_out = [&](const char* mode) {
+    const Dims e{std::span<const i64>(od)};
+    if (!(out.dims == e))
+      fail("gather: the output has dims " + out.dims.str() + "; mode " + mode + " with data " + D.str() + " and indices " +
+           I.str() + " gives " + e.str());
+  };
+  auto resolve_axis = [&]() {
+    const int a = p.axis < 0 ? p.axis + r : p.axis;
+    if (a < 0 || a >= r) fail("gather: axis " + std::to_string(p.axis) + " is out of range for data " + D.str());
+    return a;
+  };
+
+  switch (p.mode) {
+    case GatherMode::kDEFAULT: {
+      const int axis = resolve_axis();
+      const int nb = p.num_elementwise_dims;
+      if (nb < 0 || nb > 1) fail("gather: num_elementwise_dims " + std::to_string(nb) + " must be 0 or 1 in mode DEFAULT");
+      if (nb == 1 && (q < 1 || axis < 1)) fail("gather: num_elementwise_dims 1 needs indices of rank >= 1 and axis >= 1");
+      if (nb == 1 && I[0] != D[0])
+        fail("gather: with num_elementwise_dims 1 the indices " + I.str() + " and the data " + D.str() +
+             " must share dimension 0");
+      for (int i = 0; i < axis; ++i) od.push_back(D[i]);
+      for (int i = nb; i < q; ++i) od.push_back(I[i]);
+      for (int i = axis + 1; i < r; ++i) od.push_back(D[i]);
+      check_out("DEFAULT");
+      if (n == 0) return;
+      const i64 outer = prod(D, 0, axis), dim = D[axis], inner_bytes = prod(D, axis + 1, r) * static_cast<i64>(es);
+      const i64 nidx = prod(I, nb, q);
+      const i64 outer2 = nb == 1 ? outer / D[0] : outer;  // outer indices per batch
+      detail::parallel_ranges(
+          outer * nidx,
+          [&](i64 begin, i64 end) {
+            for (i64 t = begin; t < end; ++t) {
+              const i64 o = t / nidx, j = t % nidx;
+              const i64 pos = nb == 1 ? (o / outer2) * nidx + j : j;
+              i64 v = load_index(indices.data, indices.type, pos);
+              const i64 raw = v;
+              if (!normalize_index(v, dim)) {
+                bad.report(raw, dim);
+                continue;
+              }
+              std::memcpy(dst + t * inner_bytes, src + (o * dim + v) * inner_bytes, static_cast<std::size_t>(inner_bytes));
+            }
+          },
+          std::max<i64>(1, kParallelMin * 4 / std::max<i64>(1, inner_bytes)));
+      break;
+    }
+    case GatherMode::kELEMENT: {
+      const int axis = resolve_axis();
+      if (q != r) fail("gather: the indices " + I.str() + " must have the data's rank in mode ELEMENT (data " + D.str() + ")");
+      for (int i = 0; i < r; ++i)
+        if (i != axis && I[i] > D[i])
+          fail("gather: the indices " + I.str() + " exceed the data " + D.str() + " in dimension " + std::to_string(i));
+      od = I.vec();
+      check_out("ELEMENT");
+      if (n == 0) return;
+      const i64 dim = D[axis];
+      const i64 inner = I[r - 1];
+      const i64 rows = prod(I, 0, r - 1);
+      by_size(es, "gather", [&](auto tag) {
+        using T = decltype(tag);
+        const T* x = static_cast<const T*>(data.data);
+        T* y = static_cast<T*>(out.data);
+        detail::parallel_ranges(
+            rows,
+            [&](i64 begin, i64 end) {
+              i64 idx[Dims::kMaxRank] = {};
+              i64 rem = begin;
+              for (int k = r - 2; k >= 0; --k) {
+                idx[k] = rem % I[k];
+                rem /= I[k];
+              }
+              for (i64 row = begin; row < end; ++row) {
+                i64 base = 0;
+                for (int k = 0; k < r - 1; ++k)
+                  if (k != axis) base += idx[k] * ds[k];
+                for (i64 j = 0; j < inner; ++j) {
+                  const i64 e = row * inner + j;
+                  i64 v = load_index(indices.data, indices.type, e);
+                  const i64 raw = v;
+                  if (!normalize_index(v, dim)) {
+                    bad.report(raw, dim);
+                    continue;
+                  }
+                  y[e] = x[base + (axis == r - 1 ? v : j + v * ds[axis])];
+                }
+                for (int k = r - 2; k >= 0; --k) {
+                  if (++idx[k] < I[k]) break;
+                  idx[k] = 0;
+                }
+              }
+            },
+            std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));
+      });
+      break;
+    }
+    case GatherMode::kND: {
+      const int nb = p.num_elementwise_dims;
+      if (q < 1) fail("gather: the indices must have rank >= 1 in mode ND");
+      const i64 last = I[q - 1];
+      if (nb < 0 || nb >= q || nb + last > r)
+        fail("gather: indices " + I.str() + " with num_elementwise_dims " + std::to_string(nb) + " do not fit data " + D.str());
+      for (int i = 0; i < nb; ++i)
+        if (I[i] != D[i])
+          fail("gather: batch dimension " + std::to_string(i) + " differs between data " + D.str() + " and indices " + I.str());
+      for (int i = 0; i < q - 1; ++i) od.push_back(I[i]);
+      const int after = nb + static_cast<int>(last);
+      for (int i = after; i < r; ++i) od.push_back(D[i]);
+      check_out("ND");
+      if (n == 0) return;
+      const i64 rows = prod(I, 0, q - 1);
+      const i64 per_batch = prod(I, nb, q - 1);
+      const i64 batch_stride = prod(D, nb, r);
+      const i64 slice_bytes = prod(D, after, r) * static_cast<i64>(es);
+      detail::parallel_ranges(
+          rows,
+          [&](i64 begin, i64 end) {
+            for (i64 t = begin; t < end; ++t) {
+              i64 off = (t / std::max<i64>(1, per_batch)) * batch_stride;
+              bool ok = true;
+              for (i64 m = 0; m < last; ++m) {
+                i64 v = load_index(indices.data, indices.type, t * last + m);
+                const i64 raw = v, dim = D[nb + static_cast<int>(m)];
+                if (!normalize_index(v, dim)) {
+                  bad.report(raw, dim);
+                  ok = false;
+                  break;
+                }
+                off += v * ds[nb + static_cast<int>(m)];
+              }
+              if (ok)
+                std::memcpy(dst + t * slice_bytes, src + off * static_cast<i64>(es), static_cast<std::size_t>(slice_bytes));
+            }
+          },
+          std::max<i64>(1, kParallelMin * 4 / std::max<i64>(1, slice_bytes)));
+      break;
+    }
+    default: fail("gather: unknown mode " + std::to_string(static_cast<int>(p.mode)));
+  }
+  (void)ni;
+  if (bad.seen)
+    fail("gather: index " + num(bad.value) + " is out of range for a dimension of size " + num(bad.dim) + " (valid: [" +
+         num(-bad.dim) + ", " + num(bad.dim) + "))");
+}
+
+}  // namespace tensoracle::cpu

@@ -1,0 +1,141 @@
+// The CPU backend's quantize and dequantize (kernels.h): per-tensor or per-channel scales; int8
+// and fp8 e4m3 stores round half to even and saturate.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
+#include "core/numeric.h"
+
+namespace tensoracle::cpu {
+
+namespace {
+
+using i64 = std::int64_t;
+using detail::fail;
+using detail::BF16;
+using detail::Bool;
+using detail::F16;
+using detail::F32;
+using detail::Int;
+using detail::tn;
+using detail::with_float;
+
+// ---- storage tags: T is the stored type, load() gives the compute value, store() rounds it --
+
+// fp8 e4m3fn; stores saturate to ±448 (quantize's rule), NaN stays NaN.
+struct FP8 {
+  using T = std::uint8_t;
+  static float load(T v) noexcept { return core::fp8_e4m3_to_float(v); }
+  static T store(float x) noexcept { return core::float_to_fp8_e4m3(x, /*saturate=*/true); }
+};
+// int8 as a quantized type: stores round half to even and saturate; NaN gives 0.
+struct QI8 {
+  using T = std::int8_t;
+  static float load(T v) noexcept { return static_cast<float>(v); }
+  static T store(float x) noexcept {
+    float r = std::nearbyint(x);  // the default rounding mode: to nearest, ties to even
+    if (!(r == r)) return 0;
+    return r >= 127.f ? T{127} : r <= -128.f ? T{-128} : static_cast<T>(r);
+  }
+};
+
+// ---- quantize / dequantize --------------------------------------------------------------
+
+// Per-tensor (one scale) or per-channel along `axis`: element i uses scale[(i / inner) % channels].
+struct Channels {
+  i64 channels = 1;
+  i64 inner = 1;
+};
+
+Channels channels_of(const Dims& d, i64 scale_count, int axis, const char* kernel) {
+  Channels c;
+  if (scale_count == 1) {
+    c.inner = std::max<i64>(1, d.volume());
+    return c;
+  }
+  if (axis < 0 || axis >= d.rank())
+    fail(std::string(kernel) + ": axis " + std::to_string(axis) + " is out of range for dims " + d.str());
+  if (d[axis] != scale_count)
+    fail(std::string(kernel) + ": the scale has " + std::to_string(scale_count) + " elements but axis " +
+         std::to_string(axis) + " of " + d.str() + " has " + std::to_string(d[axis]));
+  c.channels = scale_count;
+  for (int k = axis + 1; k < d.rank(); ++k) c.inner *= d[k];
+  return c;
+}
+
+std::vector<float> load_scales(const TensorRef& scale, i64 count, DataType value_type, const char* kernel) {
+  if (scale.type != DataType::kFLOAT && scale.type != value_type)
+    fail(std::string(kernel) + ": the scale has type " + tn(scale.type) + "; it must be float32 or " + tn(value_type));
+  std::vector<float> s(static_cast<std::size_t>(count));
+  with_float(scale.type, std::string(kernel) + ": the scale", [&](auto tag) {
+    using FT = decltype(tag);
+    const auto* p = static_cast<const typename FT::T*>(scale.data);
+    for (i64 i = 0; i < count; ++i) s[static_cast<std::size_t>(i)] = FT::load(p[i]);
+  });
+  return s;
+}
+
+// out[i] = Out::store(f(In::load(x[i]), scale of i)).
+template <class In, class Out, class F>
+void run_scaled(const void* xv, void* ov, i64 n, const Channels& c, const std::vector<float>& s, F f) {
+  const auto* in = static_cast<const typename In::T*>(xv);
+  auto* o = static_cast<typename Out::T*>(ov);
+  detail::parallel_ranges(n, [&](i64 begin, i64 end) {
+    i64 i = begin;
+    while (i < end) {
+      const i64 row = i / c.inner;
+      const i64 stop = std::min(end, (row + 1) * c.inner);
+      const float sc = s[static_cast<std::size_t>(row % c.channels)];
+      TENSORACLE_SIMD
+      for (i64 j = i; j < stop; ++j) o[j] = Out::store(f(In::load(in[j]), sc));
+      i = stop;
+    }
+  });
+}
+
+}  // namespace
+
+void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out) {
+  const i64 n = detail::checked_volume(x, "quantize", "the input");
+  const i64 ns = detail::checked_volume(scale, "quantize", "the scale");
+  if (detail::checked_volume(out, "quantize", "the output") != n)
+    fail("quantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
+  if (out.type != DataType::kINT8 && out.type != DataType::kFP8)
+    fail("quantize: the output type " + tn(out.type) + " is not int8 or fp8");
+  if (ns < 1) fail("quantize: the scale is empty");
+  const Channels c = channels_of(x.dims, ns, axis, "quantize");
+  with_float(x.type, "quantize", [&](auto tag) {
+    using In = decltype(tag);
+    const std::vector<float> s = load_scales(scale, ns, x.type, "quantize");
+    if (n == 0) return;
+    auto f = [](float v, float sc) { return v / sc; };
+    if (out.type == DataType::kINT8) run_scaled<In, QI8>(x.data, out.data, n, c, s, f);
+    else run_scaled<In, FP8>(x.data, out.data, n, c, s, f);
+  });
+}
+
+void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out) {
+  const i64 n = detail::checked_volume(x, "dequantize", "the input");
+  const i64 ns = detail::checked_volume(scale, "dequantize", "the scale");
+  if (detail::checked_volume(out, "dequantize", "the output") != n)
+    fail("dequantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
+  if (x.type != DataType::kINT8 && x.type != DataType::kFP8)
+    fail("dequantize: the input type " + tn(x.type) + " is not int8 or fp8");
+  if (ns < 1) fail("dequantize: the scale is empty");
+  const Channels c = channels_of(x.dims, ns, axis, "dequantize");
+  with_float(out.type, "dequantize (output)", [&](auto tag) {
+    using Out = decltype(tag);
+    const std::vector<float> s = load_scales(scale, ns, out.type, "dequantize");
+    if (n == 0) return;
+    auto f = [](float q, float sc) { return q * sc; };
+    if (x.type == DataType::kINT8) run_scaled<QI8, Out>(x.data, out.data, n, c, s, f);
+    else run_scaled<FP8, Out>(x.data, out.data, n, c, s, f);
+  });
+}
+
+}  // namespace tensoracle::cpu

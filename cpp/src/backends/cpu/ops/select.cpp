@@ -1,0 +1,77 @@
+// The CPU backend's select (kernels.h): out = condition ? then : else, with broadcasting.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backends/cpu/index_util.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
+
+namespace tensoracle::cpu {
+
+using namespace indexing;  // index_util.h
+
+// ---- select -----------------------------------------------------------------------------
+
+void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out) {
+  detail::checked_volume(condition, "select", "the condition");
+  detail::checked_volume(then_input, "select", "input 1 (then)");
+  detail::checked_volume(else_input, "select", "input 2 (else)");
+  const i64 n = detail::checked_volume(out, "select", "the output");
+  if (condition.type != DataType::kBOOL) fail("select: the condition has type " + tn(condition.type) + "; it must be bool");
+  if (then_input.type != out.type || else_input.type != out.type)
+    fail("select: inputs " + desc(then_input) + " and " + desc(else_input) + " must have the output's type " + tn(out.type));
+  const int r = out.dims.rank();
+  i64 s[3][Dims::kMaxRank];
+  const TensorRef* ins[3] = {&condition, &then_input, &else_input};
+  for (int i = 0; i < 3; ++i) {
+    const Dims& d = ins[i]->dims;
+    if (d.rank() != r) fail("select: input " + std::to_string(i) + " has dims " + d.str() + "; the output has " + out.dims.str());
+    strides_of(d, s[i]);
+    for (int k = 0; k < r; ++k) {
+      if (d[k] == out.dims[k]) continue;
+      if (d[k] != 1)
+        fail("select: input " + std::to_string(i) + " dims " + d.str() + " do not broadcast to the output " + out.dims.str());
+      s[i][k] = 0;
+    }
+  }
+  if (n == 0) return;
+  const Dims& od = out.dims;
+  const i64 inner = r == 0 ? 1 : od[r - 1];
+  const i64 rows = r == 0 ? 1 : prod(od, 0, r - 1);
+  const i64 ci = r == 0 ? 0 : s[0][r - 1], ti = r == 0 ? 0 : s[1][r - 1], ei = r == 0 ? 0 : s[2][r - 1];
+  const auto* cond = static_cast<const std::uint8_t*>(condition.data);
+  by_size(element_size(out.type), "select", [&](auto tag) {
+    using T = decltype(tag);
+    const T* a = static_cast<const T*>(then_input.data);
+    const T* b = static_cast<const T*>(else_input.data);
+    T* y = static_cast<T*>(out.data);
+    detail::parallel_ranges(
+        rows,
+        [&](i64 begin, i64 end) {
+          i64 idx[Dims::kMaxRank] = {};
+          i64 rem = begin;
+          for (int k = r - 2; k >= 0; --k) {
+            idx[k] = rem % od[k];
+            rem /= od[k];
+          }
+          for (i64 row = begin; row < end; ++row) {
+            i64 oc = 0, ot = 0, oe = 0;
+            for (int k = 0; k < r - 1; ++k) {
+              oc += idx[k] * s[0][k];
+              ot += idx[k] * s[1][k];
+              oe += idx[k] * s[2][k];
+            }
+            T* dst = y + row * inner;
+            for (i64 j = 0; j < inner; ++j) dst[j] = cond[oc + j * ci] ? a[ot + j * ti] : b[oe + j * ei];
+            for (int k = r - 2; k >= 0; --k) {
+              if (++idx[k] < od[k]) break;
+              idx[k] = 0;
+            }
+          }
+        },
+        std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));
+  });
+}
+
+}  // namespace tensoracle::cpu

@@ -1,0 +1,112 @@
+// The CPU backend's topk (kernels.h): one output (values or int32 indices) per call, in a stable
+// order.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/index_util.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_util.h"
+#include "core/numeric.h"
+
+namespace tensoracle::cpu {
+
+namespace {
+
+using namespace indexing;  // index_util.h
+
+// Orders positions of one slice: the first k of the order are the result. Float keys are
+// exact doubles (float32/16/bf16 widen exactly); NaN counts as larger than every number.
+template <class Key>
+struct TopKOrder {
+  const Key* keys;
+  bool max;
+  static bool larger(Key a, Key b) {
+    if constexpr (std::is_floating_point_v<Key>) {
+      if (std::isnan(a)) return !std::isnan(b);
+      if (std::isnan(b)) return false;
+    }
+    return a > b;
+  }
+  bool operator()(std::int32_t a, std::int32_t b) const {
+    const Key x = keys[a], y = keys[b];
+    if (max ? larger(x, y) : larger(y, x)) return true;
+    if (max ? larger(y, x) : larger(x, y)) return false;
+    return a < b;  // equal (or both NaN): the lower index first
+  }
+};
+
+}  // namespace
+
+// ---- topk -------------------------------------------------------------------------------
+
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out) {
+  detail::checked_volume(x, "topk", "the input");
+  const i64 m = detail::checked_volume(out, "topk", "the output");
+  const int r = x.dims.rank();
+  if (p.axes == 0 || (p.axes & (p.axes - 1)) != 0 || r < 1 || p.axes >= (1u << r))
+    fail("topk: axes " + std::to_string(p.axes) + " must set one bit below the input's rank " + std::to_string(r));
+  const int axis = std::countr_zero(p.axes);
+  const i64 n = x.dims[axis], k = p.k;
+  Dims expect = x.dims;
+  expect[axis] = k;
+  const bool want_values = p.output != 1, want_indices = p.output != 0;
+  if (p.output != 0 && p.output != 1) fail("topk: the kernel computes one output (0 or 1)");
+  if (k < 1 || k > n) fail("topk: k " + num(k) + " is outside [1, " + num(n) + "] for input " + desc(x));
+  const DataType out_type = want_values ? x.type : DataType::kINT32;
+  if (!(out.dims == expect) || out.type != out_type)
+    fail("topk: output " + desc(out) + " should be " + tn(out_type) + expect.str() + " for input " + desc(x));
+  if (n > INT32_MAX) fail("topk: dimension " + num(n) + " does not fit int32 indices");
+  if (m == 0) return;
+  const i64 outer = prod(x.dims, 0, axis), inner = prod(x.dims, axis + 1, r);
+  const bool max = p.op == TopKOperation::kMAX;
+  auto run = [&](auto key_of) {
+    using Key = decltype(key_of(i64{0}));
+    detail::parallel_ranges(
+        outer * inner,
+        [&](i64 begin, i64 end) {
+          std::vector<Key> keys(static_cast<std::size_t>(n));
+          std::vector<std::int32_t> order(static_cast<std::size_t>(n));
+          for (i64 s = begin; s < end; ++s) {
+            const i64 o = s / inner, i = s % inner, base = o * n * inner + i;
+            for (i64 j = 0; j < n; ++j) {
+              keys[static_cast<std::size_t>(j)] = key_of(base + j * inner);
+              order[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
+            }
+            std::partial_sort(order.begin(), order.begin() + k, order.end(), TopKOrder<Key>{keys.data(), max});
+            const i64 obase = o * k * inner + i;
+            if (want_indices) {
+              auto* y = static_cast<std::int32_t*>(out.data);
+              for (i64 j = 0; j < k; ++j) y[obase + j * inner] = order[static_cast<std::size_t>(j)];
+            } else {
+              by_size(element_size(x.type), "topk", [&](auto tag) {
+                using T = decltype(tag);
+                const T* src = static_cast<const T*>(x.data);
+                T* y = static_cast<T*>(out.data);
+                for (i64 j = 0; j < k; ++j) y[obase + j * inner] = src[base + order[static_cast<std::size_t>(j)] * inner];
+              });
+            }
+          }
+        },
+        std::max<i64>(1, kParallelMin / std::max<i64>(1, n)));
+  };
+  switch (x.type) {
+    case DataType::kFLOAT: run([&](i64 e) { return static_cast<double>(static_cast<const float*>(x.data)[e]); }); break;
+    case DataType::kHALF:
+      run([&](i64 e) { return static_cast<double>(core::half_to_float(static_cast<const std::uint16_t*>(x.data)[e])); });
+      break;
+    case DataType::kBF16:
+      run([&](i64 e) { return static_cast<double>(core::bf16_to_float(static_cast<const std::uint16_t*>(x.data)[e])); });
+      break;
+    case DataType::kINT32: run([&](i64 e) { return static_cast<i64>(static_cast<const std::int32_t*>(x.data)[e]); }); break;
+    case DataType::kINT64: run([&](i64 e) { return static_cast<const std::int64_t*>(x.data)[e]; }); break;
+    default: fail("topk: input type " + tn(x.type) + " is not supported");
+  }
+}
+
+}  // namespace tensoracle::cpu
