@@ -1,6 +1,11 @@
 // Network definition: strong typing and validation when layers are added, TensorRT's rules.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string_view>
+#include <variant>
+
+#include "graph/op.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/network.h"
 
@@ -192,4 +197,34 @@ TEST(Network, ConstantWeightsMustMatchShape) {
   // Borrowed weights: no copy, the caller keeps the bytes alive.
   auto* c = net.add_constant({2, 3}, Weights(DataType::kFLOAT, data.data(), 6, nullptr));
   EXPECT_EQ(c->weights().values(), data.data());
+}
+
+// The op units' table: one entry per LayerType, in order, with unique names that find_op finds
+// again; the kinds that are plan nodes read back what they write.
+TEST(OpRegistry, OneUnitPerLayerTypeInOrder) {
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < std::variant_size_v<LayerParams>; ++i) {
+    const auto type = static_cast<LayerType>(i);
+    const graph::OpTraits& op = graph::op_traits(type);
+    EXPECT_EQ(op.type, type) << op.name;
+    EXPECT_EQ(layer_type_name(type), op.name);
+    EXPECT_TRUE(names.insert(op.name).second) << op.name << " is named twice";
+    EXPECT_EQ(graph::find_op(op.name), &op);
+    EXPECT_NE(op.infer, nullptr);
+    EXPECT_NE(op.to_json, nullptr);
+    EXPECT_EQ(op.from_json == nullptr, type == LayerType::kINPUT || type == LayerType::kCONSTANT) << op.name;
+    EXPECT_LE(op.arity.min, op.arity.max < 0 ? op.arity.min : op.arity.max) << op.name;
+  }
+  EXPECT_EQ(graph::find_op("no_such_layer"), nullptr);
+  EXPECT_THROW(graph::op_traits(static_cast<LayerType>(std::variant_size_v<LayerParams>)), InvalidArgument);
+  PoolingParams pool;
+  pool.window = Dims{3, 3};
+  pool.stride = Dims{2, 2};
+  pool.padding_mode = PaddingMode::kSAME_UPPER;
+  const auto& op = graph::op_traits(LayerType::kPOOLING);
+  const auto back = std::get<PoolingParams>(op.from_json(op.to_json(pool)));
+  EXPECT_EQ(back.window, pool.window);
+  EXPECT_EQ(back.stride, pool.stride);
+  EXPECT_EQ(back.padding_mode, pool.padding_mode);
+  EXPECT_THROW(op.from_json(nlohmann::json{{"type", "NOT_A_POOL"}}), CorruptEngineError);
 }

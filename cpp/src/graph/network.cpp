@@ -12,18 +12,9 @@ namespace tensoracle {
 namespace {
 // The producer of a network input (not exposed: TensorRT has no such layer object).
 class InputLayer : public Layer {};
-constexpr std::string_view kLayerNames[] = {
-    "input",   "constant", "matrix_multiply", "elementwise",   "activation",  "cast",   "quantize",
-    "dequantize", "shuffle", "identity",      "unary",         "reduce",      "softmax", "concatenation",
-    "slice",   "gather",   "select",          "padding",       "convolution", "deconvolution", "pooling",
-    "normalization", "resize", "einsum", "topk", "shape", "plugin"};
-static_assert(std::size(kLayerNames) == std::variant_size_v<LayerParams>);
 }  // namespace
 
-std::string_view layer_type_name(LayerType t) noexcept {
-  auto i = static_cast<std::size_t>(t);
-  return i < std::size(kLayerNames) ? kLayerNames[i] : "unknown";
-}
+// layer_type_name: graph/ops/registry.cpp (the op units' names).
 
 // ---- Tensor -----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 // Internal: type and shape inference for every layer kind — one function used by the network
-// (dims may be -1), the builder (profile bounds) and the runtime (concrete shapes).
+// (dims may be -1), the builder (profile bounds) and the runtime (concrete shapes). Each kind's
+// rules are in its op unit (graph/ops/<layer>.cpp, graph/op.h); infer() dispatches to them.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +48,7 @@ std::vector<TensorDesc> infer(const LayerParams& params, std::span<const TensorD
 struct InputArity {
   int min, max;
 };
-InputArity input_arity(LayerType type) noexcept;
+InputArity input_arity(LayerType type);
 
 // Broadcast of two equal-rank dims (TensorRT's rule: equal, or one of them 1; -1 unknown).
 // Throws InvalidArgument describing the mismatch.
@@ -58,29 +59,6 @@ Dims broadcast_dims(const Dims& a, const Dims& b);
 Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder, bool full = true);
 
 std::string perm_text(const Permutation& p, int rank);
-
-// Inference of the layers beyond the core set (ops_more.cpp), one overload per layer kind.
-#define TENSORACLE_INFER_MORE(P)                                                                          \
-  std::vector<TensorDesc> infer_more(const P& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts, \
-                                     bool full);
-TENSORACLE_INFER_MORE(UnaryParams)
-TENSORACLE_INFER_MORE(ReduceParams)
-TENSORACLE_INFER_MORE(SoftmaxParams)
-TENSORACLE_INFER_MORE(ConcatenationParams)
-TENSORACLE_INFER_MORE(SliceParams)
-TENSORACLE_INFER_MORE(GatherParams)
-TENSORACLE_INFER_MORE(SelectParams)
-TENSORACLE_INFER_MORE(PaddingParams)
-TENSORACLE_INFER_MORE(ConvolutionParams)
-TENSORACLE_INFER_MORE(DeconvolutionParams)
-TENSORACLE_INFER_MORE(PoolingParams)
-TENSORACLE_INFER_MORE(NormalizationParams)
-TENSORACLE_INFER_MORE(ResizeParams)
-TENSORACLE_INFER_MORE(EinsumParams)
-TENSORACLE_INFER_MORE(TopKParams)
-TENSORACLE_INFER_MORE(ShapeParams)
-TENSORACLE_INFER_MORE(PluginParams)
-#undef TENSORACLE_INFER_MORE
 
 // The pre padding a window layer (convolution, pooling; deconvolution when `transposed`) applies
 // to each spatial dimension of input `x`, for every PaddingMode (SAME: computed from the sizes).

@@ -10,6 +10,8 @@
 
 #include "core/json.h"
 #include "core/text.h"
+#include "graph/json_values.h"
+#include "graph/op.h"
 #include "plugin/registry.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/safetensors.h"
@@ -18,6 +20,9 @@ namespace tensoracle::plan {
 
 namespace st = tensoracle::safetensors;
 using json = nlohmann::json;
+using graph::dims_json;
+using graph::dims_of;
+using graph::type_of;
 
 namespace {
 
@@ -25,263 +30,15 @@ constexpr std::string_view kDigestKey = "tensoracle.digest";
 constexpr std::string_view kDigestPrefix = "xxh3-128:";
 constexpr std::size_t kDigestHex = 32;
 
-// ---- names of enum values, as TensorRT spells them -------------------------------------
-
-constexpr std::array<std::string_view, 3> kMatOps = {"NONE", "TRANSPOSE", "VECTOR"};
-constexpr std::array<std::string_view, 14> kEwOps = {"SUM", "PROD", "MAX", "MIN", "SUB", "DIV", "POW",
-                                                     "FLOOR_DIV", "AND", "OR", "XOR", "EQUAL", "GREATER", "LESS"};
-constexpr std::array<std::string_view, 14> kActs = {"RELU", "SIGMOID", "TANH", "LEAKY_RELU", "ELU", "SELU", "SOFTSIGN",
-                                                    "SOFTPLUS", "CLIP", "HARD_SIGMOID", "SCALED_TANH",
-                                                    "THRESHOLDED_RELU", "GELU_ERF", "GELU_TANH"};
-
-constexpr std::array<std::string_view, 25> kUnary = {
-    "EXP", "LOG", "SQRT", "RECIP", "ABS", "NEG", "SIN", "COS", "TAN", "SINH", "COSH", "ASIN", "ACOS",
-    "ATAN", "ASINH", "ACOSH", "ATANH", "CEIL", "FLOOR", "ERF", "NOT", "SIGN", "ROUND", "ISINF", "ISNAN"};
-constexpr std::array<std::string_view, 5> kReduce = {"SUM", "PROD", "MAX", "MIN", "AVG"};
-constexpr std::array<std::string_view, 3> kPool = {"MAX", "AVERAGE", "MAX_AVERAGE_BLEND"};
-constexpr std::array<std::string_view, 4> kPadMode = {"EXPLICIT_ROUND_DOWN", "EXPLICIT_ROUND_UP", "SAME_UPPER", "SAME_LOWER"};
-constexpr std::array<std::string_view, 3> kGather = {"DEFAULT", "ELEMENT", "ND"};
-constexpr std::array<std::string_view, 2> kTopK = {"MAX", "MIN"};
-constexpr std::array<std::string_view, 5> kSample = {"STRICT_BOUNDS", "WRAP", "CLAMP", "FILL", "REFLECT"};
-constexpr std::array<std::string_view, 3> kInterp = {"NEAREST", "LINEAR", "CUBIC"};
-constexpr std::array<std::string_view, 3> kCoord = {"ALIGN_CORNERS", "ASYMMETRIC", "HALF_PIXEL"};
-constexpr std::array<std::string_view, 2> kSelector = {"FORMULA", "UPPER"};
-constexpr std::array<std::string_view, 4> kRound = {"HALF_UP", "HALF_DOWN", "FLOOR", "CEIL"};
-
-template <typename E, std::size_t N>
-std::string enum_name(const std::array<std::string_view, N>& names, E v) {
-  auto i = static_cast<std::size_t>(v);
-  return i < N ? std::string(names[i]) : std::to_string(i);
-}
-
-template <typename E, std::size_t N>
-E enum_value(const std::array<std::string_view, N>& names, const std::string& s) {
-  for (std::size_t i = 0; i < N; ++i)
-    if (names[i] == s) return static_cast<E>(i);
-  throw CorruptEngineError("[engine] unknown enum value '" + s + "' in the plan");
-}
-
-DataType type_of(const json& j) {
-  auto t = parse_type(j.get<std::string>());
-  if (!t) throw CorruptEngineError("[engine] unknown data type '" + j.get<std::string>() + "' in the plan");
-  return *t;
-}
-
-json dims_json(const Dims& d) { return d.vec(); }
-Dims dims_of(const json& j) { return Dims(std::span<const std::int64_t>(j.get<std::vector<std::int64_t>>())); }
-
 json desc_json(const graph::TensorDesc& d) { return {{"type", type_name(d.type)}, {"dims", dims_json(d.dims)}}; }
 graph::TensorDesc desc_of(const json& j) { return {type_of(j.at("type")), dims_of(j.at("dims"))}; }
 
-json perm_json(const Permutation& p) { return std::vector<int>(p.order.begin(), p.order.end()); }
-Permutation perm_of(const json& j) {
-  auto v = j.get<std::vector<int>>();
-  if (v.size() != static_cast<std::size_t>(Dims::kMaxRank)) throw CorruptEngineError("[engine] bad permutation in the plan");
-  Permutation p;
-  std::copy(v.begin(), v.end(), p.order.begin());
-  return p;
-}
-
-// Plugin fields: {"name", "type", "data": hex of the bytes}. Read back strictly: engine files
-// are untrusted bytes, and the fields reach a plugin's create function.
-constexpr std::array<PluginFieldType, 6> kFieldTypes = {PluginFieldType::kINT32,   PluginFieldType::kINT64,
-                                                        PluginFieldType::kFLOAT32, PluginFieldType::kFLOAT64,
-                                                        PluginFieldType::kSTRING,  PluginFieldType::kBYTES};
-constexpr std::size_t kMaxFieldBytes = std::size_t{1} << 26;
-
-std::string hex_of(std::span<const std::byte> bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(bytes.size() * 2);
-  for (std::byte b : bytes) {
-    s += kHex[static_cast<unsigned>(b) >> 4];
-    s += kHex[static_cast<unsigned>(b) & 0xF];
-  }
-  return s;
-}
-
-json fields_json(const std::vector<PluginField>& fields) {
-  json a = json::array();
-  for (const auto& f : fields)
-    a.push_back({{"name", f.name}, {"type", plugin_field_type_name(f.type)}, {"data", hex_of(f.data)}});
-  return a;
-}
-
-std::vector<PluginField> fields_of(const json& j) {
-  auto bad = [](const std::string& why) { return CorruptEngineError("[engine] a plugin field " + why + " in the plan"); };
-  if (!j.is_array()) throw bad("list is not an array");
-  std::vector<PluginField> out;
-  for (const auto& e : j) {
-    if (!e.is_object() || e.size() != 3 || !e.contains("name") || !e.contains("type") || !e.contains("data") ||
-        !e["name"].is_string() || !e["type"].is_string() || !e["data"].is_string())
-      throw bad("is not an object of a string name, type and data");
-    PluginField f;
-    f.name = e["name"].get<std::string>();
-    const auto type = e["type"].get<std::string>();
-    auto t = std::find_if(kFieldTypes.begin(), kFieldTypes.end(), [&](PluginFieldType x) { return plugin_field_type_name(x) == type; });
-    if (t == kFieldTypes.end()) throw bad("'" + f.name + "' has unknown type '" + type + "'");
-    f.type = *t;
-    const auto& hex = e["data"].get_ref<const std::string&>();
-    if (hex.size() % 2 != 0 || hex.size() / 2 > kMaxFieldBytes) throw bad("'" + f.name + "' has data of a bad length");
-    f.data.resize(hex.size() / 2);
-    auto digit = [&](char c) -> unsigned {
-      if (c >= '0' && c <= '9') return static_cast<unsigned>(c - '0');
-      if (c >= 'a' && c <= 'f') return static_cast<unsigned>(c - 'a' + 10);
-      throw bad("'" + f.name + "' has data that is not lower-case hex");
-    };
-    for (std::size_t i = 0; i < f.data.size(); ++i) f.data[i] = std::byte((digit(hex[2 * i]) << 4) | digit(hex[2 * i + 1]));
-    if (f.data.size() % plugin_field_element_size(f.type) != 0)
-      throw bad("'" + f.name + "' holds " + std::to_string(f.data.size()) + " bytes, not whole " + type + " elements");
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
-json params_json(const LayerParams& params) {
-  return std::visit(
-      [](const auto& p) -> json {
-        using P = std::decay_t<decltype(p)>;
-        if constexpr (std::is_same_v<P, MatrixMultiplyParams>)
-          return {{"op0", enum_name(kMatOps, p.op0)}, {"op1", enum_name(kMatOps, p.op1)}};
-        else if constexpr (std::is_same_v<P, ElementWiseParams>)
-          return {{"op", enum_name(kEwOps, p.op)}};
-        else if constexpr (std::is_same_v<P, ActivationParams>)
-          return {{"type", enum_name(kActs, p.type)}, {"alpha", p.alpha}, {"beta", p.beta}};
-        else if constexpr (std::is_same_v<P, CastParams>)
-          return {{"to", type_name(p.to)}};
-        else if constexpr (std::is_same_v<P, QuantizeParams> || std::is_same_v<P, DequantizeParams>)
-          return {{"to", type_name(p.to)}, {"axis", p.axis}};
-        else if constexpr (std::is_same_v<P, UnaryParams>)
-          return {{"op", enum_name(kUnary, p.op)}};
-        else if constexpr (std::is_same_v<P, ReduceParams>)
-          return {{"op", enum_name(kReduce, p.op)}, {"axes", p.axes}, {"keep_dims", p.keep_dims}};
-        else if constexpr (std::is_same_v<P, SoftmaxParams>)
-          return {{"axes", p.axes}};
-        else if constexpr (std::is_same_v<P, ConcatenationParams>)
-          return {{"axis", p.axis}};
-        else if constexpr (std::is_same_v<P, SliceParams>)
-          return {{"start", dims_json(p.start)}, {"size", dims_json(p.size)}, {"stride", dims_json(p.stride)},
-                  {"mode", enum_name(kSample, p.mode)}, {"tensor_inputs", p.tensor_inputs}};
-        else if constexpr (std::is_same_v<P, GatherParams>)
-          return {{"axis", p.axis}, {"mode", enum_name(kGather, p.mode)}, {"num_elementwise_dims", p.num_elementwise_dims}};
-        else if constexpr (std::is_same_v<P, PaddingParams>)
-          return {{"pre_padding", dims_json(p.pre_padding)}, {"post_padding", dims_json(p.post_padding)}};
-        else if constexpr (std::is_same_v<P, ConvolutionParams> || std::is_same_v<P, DeconvolutionParams>)
-          return {{"num_output_maps", p.num_output_maps}, {"kernel_size", dims_json(p.kernel_size)},
-                  {"stride", dims_json(p.stride)}, {"pre_padding", dims_json(p.pre_padding)},
-                  {"post_padding", dims_json(p.post_padding)}, {"dilation", dims_json(p.dilation)},
-                  {"num_groups", p.num_groups}, {"padding_mode", enum_name(kPadMode, p.padding_mode)}};
-        else if constexpr (std::is_same_v<P, PoolingParams>)
-          return {{"type", enum_name(kPool, p.type)}, {"window", dims_json(p.window)}, {"stride", dims_json(p.stride)},
-                  {"pre_padding", dims_json(p.pre_padding)}, {"post_padding", dims_json(p.post_padding)},
-                  {"padding_mode", enum_name(kPadMode, p.padding_mode)},
-                  {"average_count_excludes_padding", p.average_count_excludes_padding}, {"blend_factor", p.blend_factor}};
-        else if constexpr (std::is_same_v<P, NormalizationParams>)
-          return {{"axes", p.axes}, {"epsilon", p.epsilon}, {"num_groups", p.num_groups}};
-        else if constexpr (std::is_same_v<P, ResizeParams>)
-          return {{"output_dims", p.output_dims ? dims_json(*p.output_dims) : json(nullptr)}, {"scales", p.scales},
-                  {"mode", enum_name(kInterp, p.mode)},
-                  {"coordinate_transformation", enum_name(kCoord, p.coordinate_transformation)},
-                  {"selector_for_single_pixel", enum_name(kSelector, p.selector_for_single_pixel)},
-                  {"nearest_rounding", enum_name(kRound, p.nearest_rounding)}, {"cubic_coeff", p.cubic_coeff}};
-        else if constexpr (std::is_same_v<P, EinsumParams>)
-          return {{"equation", p.equation}};
-        else if constexpr (std::is_same_v<P, TopKParams>)
-          return {{"op", enum_name(kTopK, p.op)}, {"k", p.k}, {"axes", p.axes}, {"output", p.output}};
-        else if constexpr (std::is_same_v<P, PluginParams>)
-          return {{"creator", p.name}, {"version", p.version}, {"namespace", p.plugin_namespace}, {"output", p.output},
-                  {"fields", fields_json(p.fields)}};
-        else if constexpr (std::is_same_v<P, ShuffleParams>)
-          return {{"first_transpose", perm_json(p.first_transpose)},
-                  {"reshape_dims", p.reshape_dims ? dims_json(*p.reshape_dims) : json(nullptr)},
-                  {"second_transpose", perm_json(p.second_transpose)},
-                  {"zero_is_placeholder", p.zero_is_placeholder}};
-        else
-          return json::object();
-      },
-      params);
-}
+json params_json(const LayerParams& params) { return graph::op_traits(static_cast<LayerType>(params.index())).to_json(params); }
 
 LayerParams params_of(const std::string& layer, const json& j) {
-  if (layer == "matrix_multiply")
-    return MatrixMultiplyParams{enum_value<MatrixOperation>(kMatOps, j.at("op0")), enum_value<MatrixOperation>(kMatOps, j.at("op1"))};
-  if (layer == "elementwise") return ElementWiseParams{enum_value<ElementWiseOperation>(kEwOps, j.at("op"))};
-  if (layer == "activation")
-    return ActivationParams{enum_value<ActivationType>(kActs, j.at("type")), j.at("alpha").get<float>(), j.at("beta").get<float>()};
-  if (layer == "cast") return CastParams{type_of(j.at("to"))};
-  if (layer == "quantize") return QuantizeParams{type_of(j.at("to")), j.at("axis").get<std::int32_t>()};
-  if (layer == "dequantize") return DequantizeParams{type_of(j.at("to")), j.at("axis").get<std::int32_t>()};
-  if (layer == "shuffle") {
-    ShuffleParams p;
-    p.first_transpose = perm_of(j.at("first_transpose"));
-    if (!j.at("reshape_dims").is_null()) p.reshape_dims = dims_of(j.at("reshape_dims"));
-    p.second_transpose = perm_of(j.at("second_transpose"));
-    p.zero_is_placeholder = j.at("zero_is_placeholder").get<bool>();
-    return p;
-  }
-  if (layer == "identity") return IdentityParams{};
-  if (layer == "unary") return UnaryParams{enum_value<UnaryOperation>(kUnary, j.at("op"))};
-  if (layer == "reduce")
-    return ReduceParams{enum_value<ReduceOperation>(kReduce, j.at("op")), j.at("axes").get<std::uint32_t>(), j.at("keep_dims").get<bool>()};
-  if (layer == "softmax") return SoftmaxParams{j.at("axes").get<std::uint32_t>()};
-  if (layer == "concatenation") return ConcatenationParams{j.at("axis").get<std::int32_t>()};
-  if (layer == "slice")
-    return SliceParams{dims_of(j.at("start")), dims_of(j.at("size")), dims_of(j.at("stride")),
-                       enum_value<SampleMode>(kSample, j.at("mode")), j.value<std::uint8_t>("tensor_inputs", 0)};
-  if (layer == "gather")
-    return GatherParams{j.at("axis").get<std::int32_t>(), enum_value<GatherMode>(kGather, j.at("mode")),
-                        j.at("num_elementwise_dims").get<std::int32_t>()};
-  if (layer == "select") return SelectParams{};
-  if (layer == "shape") return ShapeParams{};
-  if (layer == "topk")
-    return TopKParams{enum_value<TopKOperation>(kTopK, j.at("op")), j.at("k").get<std::int32_t>(),
-                      j.at("axes").get<std::uint32_t>(), j.at("output").get<std::int32_t>()};
-  if (layer == "padding") return PaddingParams{dims_of(j.at("pre_padding")), dims_of(j.at("post_padding"))};
-  if (layer == "convolution" || layer == "deconvolution") {
-    auto fill = [&](auto p) {
-      p.num_output_maps = j.at("num_output_maps").get<std::int32_t>();
-      p.kernel_size = dims_of(j.at("kernel_size"));
-      p.stride = dims_of(j.at("stride"));
-      p.pre_padding = dims_of(j.at("pre_padding"));
-      p.post_padding = dims_of(j.at("post_padding"));
-      p.dilation = dims_of(j.at("dilation"));
-      p.num_groups = j.at("num_groups").get<std::int32_t>();
-      p.padding_mode = enum_value<PaddingMode>(kPadMode, j.at("padding_mode"));
-      return LayerParams(p);
-    };
-    return layer == "convolution" ? fill(ConvolutionParams{}) : fill(DeconvolutionParams{});
-  }
-  if (layer == "pooling") {
-    PoolingParams p;
-    p.type = enum_value<PoolingType>(kPool, j.at("type"));
-    p.window = dims_of(j.at("window"));
-    p.stride = dims_of(j.at("stride"));
-    p.pre_padding = dims_of(j.at("pre_padding"));
-    p.post_padding = dims_of(j.at("post_padding"));
-    p.padding_mode = enum_value<PaddingMode>(kPadMode, j.at("padding_mode"));
-    p.average_count_excludes_padding = j.at("average_count_excludes_padding").get<bool>();
-    p.blend_factor = j.at("blend_factor").get<float>();
-    return p;
-  }
-  if (layer == "normalization")
-    return NormalizationParams{j.at("axes").get<std::uint32_t>(), j.at("epsilon").get<float>(), j.at("num_groups").get<std::int32_t>()};
-  if (layer == "resize") {
-    ResizeParams p;
-    if (!j.at("output_dims").is_null()) p.output_dims = dims_of(j.at("output_dims"));
-    p.scales = j.at("scales").get<std::vector<float>>();
-    p.mode = enum_value<InterpolationMode>(kInterp, j.at("mode"));
-    p.coordinate_transformation = enum_value<ResizeCoordinateTransformation>(kCoord, j.at("coordinate_transformation"));
-    p.selector_for_single_pixel = enum_value<ResizeSelector>(kSelector, j.at("selector_for_single_pixel"));
-    p.nearest_rounding = enum_value<ResizeRoundMode>(kRound, j.at("nearest_rounding"));
-    p.cubic_coeff = j.at("cubic_coeff").get<float>();
-    return p;
-  }
-  if (layer == "einsum") return EinsumParams{j.at("equation").get<std::string>()};
-  if (layer == "plugin")
-    return PluginParams{j.at("creator").get<std::string>(), j.at("version").get<std::string>(),
-                        j.at("namespace").get<std::string>(), fields_of(j.at("fields")), j.at("output").get<std::int32_t>(),
-                        nullptr};
-  throw CorruptEngineError("[engine] unknown layer type '" + layer + "' in the plan");
+  const graph::OpTraits* op = graph::find_op(layer);
+  if (op == nullptr || op->from_json == nullptr) throw CorruptEngineError("[engine] unknown layer type '" + layer + "' in the plan");
+  return op->from_json(j);
 }
 
 st::Dtype st_dtype(DataType t) {
