@@ -1,7 +1,7 @@
 // Tests of the CPU backend's window kernels (backends/cpu/kernels.h: convolution,
 // deconvolution, pooling) against direct nested-loop references written here, accumulated in
 // double on the same (rounded) inputs. Output sizes and SAME padding are computed here from
-// TensorRT's rules, independently of graph/ops_more.cpp.
+// TensorRT's rules, independently of graph/ops/.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -77,7 +77,7 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
 void copy(const TensorRef& x, const TensorRef& out);
 
 // ops/matrix_multiply.cpp
-// C = op0(A) x op1(B) with batch broadcasting (see graph/ops.cpp for the shape rules).
+// C = op0(A) x op1(B) with batch broadcasting (see graph/ops/matrix_multiply.cpp for the shape rules).
 // `workspace` must hold matmul_workspace_bytes(...) bytes.
 std::size_t matmul_workspace_bytes(const MatrixMultiplyParams& p, const TensorRef& a, const TensorRef& b);
 void matmul(const MatrixMultiplyParams& p, const TensorRef& a, const TensorRef& b, const TensorRef& out,

@@ -119,7 +119,7 @@ struct Geo {
 
 inline i64 dim_or(const Dims& d, int i, i64 def) { return d.rank() == 0 ? def : d[i]; }
 
-// Calls graph inference (the shape rules of graph/ops_more.cpp) and checks `out` against its result;
+// Calls graph inference (the shape rules of graph/ops/) and checks `out` against its result;
 // prefixes its messages with the kernel's name.
 template <class P>
 void check_inference(const P& p, const char* kernel, std::vector<graph::TensorDesc> in, const TensorRef& out) {

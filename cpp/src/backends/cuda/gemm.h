@@ -1,6 +1,6 @@
 // Internal to the CUDA backend: matrix multiplies through cuBLASLt, in float32 (CUBLAS_COMPUTE_32F:
 // never TF32), float16 and bfloat16 (float32 accumulation), with the same shape rules as the
-// CPU backend (graph/ops.cpp infer_matmul): NONE / TRANSPOSE / VECTOR operands and batch
+// CPU backend (graph/ops/matrix_multiply.cpp): NONE / TRANSPOSE / VECTOR operands and batch
 // broadcasting. A batch that only the first operand has is folded into its rows (one GEMM
 // instead of a batched one); other batches run as one strided-batched GEMM, or one GEMM per
 // output matrix when the operands broadcast along different batch dims.

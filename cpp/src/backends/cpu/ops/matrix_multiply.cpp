@@ -44,7 +44,7 @@ struct GemmPlan {
   Dims out_dims;
 };
 
-// The rules of graph/ops.cpp (infer_matmul), on known dims.
+// The rules of graph/ops/matrix_multiply.cpp, on known dims.
 GemmPlan plan_gemm(const MatrixMultiplyParams& p, const TensorRef& a, const TensorRef& b) {
   auto valid_op = [](MO op) { return op == MO::kNONE || op == MO::kTRANSPOSE || op == MO::kVECTOR; };
   if (!valid_op(p.op0) || !valid_op(p.op1)) fail("matmul: unknown matrix operation");
