@@ -228,3 +228,31 @@ TEST(OpRegistry, OneUnitPerLayerTypeInOrder) {
   EXPECT_EQ(back.padding_mode, pool.padding_mode);
   EXPECT_THROW(op.from_json(nlohmann::json{{"type", "NOT_A_POOL"}}), CorruptEngineError);
 }
+
+// Dims arithmetic on hostile sizes is refused with a message (found by fuzz_engine_plan: each
+// case was a signed overflow, undefined behaviour, under UBSan).
+TEST(Network, SizesThatOverflowSixtyFourBitsAreRefused) {
+  constexpr std::int64_t kHuge = INT64_MAX;
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {1, 1, 6, 6});
+  auto* pool = net.add_pooling_nd(x, PoolingType::kMAX, Dims{2, 2});
+  PoolingParams pp = pool->get();
+  pp.post_padding = Dims{1, kHuge};
+  EXPECT_INVALID(pool->set(pp), "must be <=");
+  auto* pad = net.add_padding_nd(x, Dims{0, 0}, Dims{0, 0});
+  PaddingParams padding = pad->get();
+  padding.post_padding = Dims{0, kHuge};
+  EXPECT_INVALID(pad->set(padding), "does not fit in 64 bits");
+  auto* wide = net.add_input("wide", DataType::kFLOAT, {kHuge, 1});
+  EXPECT_INVALID(net.add_concatenation({wide, wide})->get_output(0), "does not fit in 64 bits");
+  ShuffleParams reshape;
+  reshape.reshape_dims = Dims{std::int64_t{1} << 62, 36};
+  const graph::TensorDesc x_desc{DataType::kFLOAT, Dims{1, 1, 6, 6}};
+  const graph::InputFacts no_facts;
+  EXPECT_INVALID(graph::infer(reshape, std::span(&x_desc, 1), std::span(&no_facts, 1)), "more elements than 64 bits");
+  auto* resize = net.add_resize(x);
+  ResizeParams rp = resize->get();
+  rp.output_dims.reset();
+  rp.scales = {1.f, 1.f, 1e30f, 1.f};
+  EXPECT_INVALID(resize->set(rp), "too large");
+}

@@ -30,6 +30,15 @@ int normalize_axis(std::int32_t axis, int rank, const char* what);
 // A bit mask of axes names no dimension beyond `rank`.
 void check_axes(std::uint32_t axes, int rank, const char* what);
 
+// Dims arithmetic on untrusted values (an engine file's plan, a caller's parameters) is done in
+// 128 bits and brought back with narrow_dim, which refuses what does not fit 64: a signed
+// overflow would be undefined behaviour, not an error.
+__extension__ using Wide = __int128;
+inline std::int64_t narrow_dim(Wide v, const std::string& what) {
+  if (v > INT64_MAX || v < INT64_MIN) invalid(what + " does not fit in 64 bits");
+  return static_cast<std::int64_t>(v);
+}
+
 // A unit's traits from its functions for parameters P: Infer(const P&, inputs, facts, full),
 // ToJson(const P&) and FromJson(const json&) -> P (nullptr: never in a plan).
 template <typename P, auto Infer, auto ToJson, auto FromJson>

@@ -31,7 +31,7 @@ std::vector<TensorDesc> infer_op(const ConcatenationParams& p, std::span<const T
       invalid("input " + std::to_string(i) + " has dims " + in[i].dims.str() + ", of another rank than input 0 " + in[0].dims.str());
     for (int d = 0; d < rank; ++d) {
       if (d == axis) {
-        out[d] = (out[d] < 0 || in[i].dims[d] < 0) ? -1 : out[d] + in[i].dims[d];
+        out[d] = (out[d] < 0 || in[i].dims[d] < 0) ? -1 : narrow_dim(Wide{out[d]} + in[i].dims[d], "the concatenated axis");
       } else if (out[d] >= 0 && in[i].dims[d] >= 0 && out[d] != in[i].dims[d]) {
         if (!full) {  // the axis may still be set: checked when the network is built
           out[d] = -1;

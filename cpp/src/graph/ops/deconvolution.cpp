@@ -25,9 +25,10 @@ std::vector<TensorDesc> infer_op(const DeconvolutionParams& p, std::span<const T
     std::int64_t v = x[2 + i];
     if (v < 0) continue;
     if (p.padding_mode == PaddingMode::kSAME_UPPER || p.padding_mode == PaddingMode::kSAME_LOWER) {
-      out[2 + i] = v * s.stride[i];
+      out[2 + i] = narrow_dim(Wide{v} * s.stride[i], "spatial dimension " + std::to_string(i) + " of the output");
     } else {
-      out[2 + i] = (v - 1) * s.stride[i] + s.dilation[i] * (s.kernel[i] - 1) + 1 - s.pre[i] - s.post[i];
+      out[2 + i] = narrow_dim((Wide{v} - 1) * s.stride[i] + Wide{s.dilation[i]} * (s.kernel[i] - 1) + 1 - s.pre[i] - s.post[i],
+                              "spatial dimension " + std::to_string(i) + " of the output");
     }
     if (out[2 + i] < 1) {
       if (!full) out[2 + i] = -1;  // padding may still change: checked when the network is built

@@ -19,7 +19,7 @@ std::vector<TensorDesc> infer_op(const PaddingParams& p, std::span<const TensorD
   for (int i = 0; i < n; ++i) {
     int d = x.rank() - n + i;
     if (x[d] < 0) continue;
-    std::int64_t v = x[d] + p.pre_padding[i] + p.post_padding[i];
+    std::int64_t v = narrow_dim(Wide{x[d]} + p.pre_padding[i] + p.post_padding[i], "padded dimension " + std::to_string(d));
     if (v < 0) invalid("padding " + p.pre_padding.str() + "/" + p.post_padding.str() + " crops dimension " +
                        std::to_string(d) + " of " + x.str() + " below zero");
     out[d] = v;

@@ -34,7 +34,11 @@ std::vector<TensorDesc> infer_op(const ResizeParams& p, std::span<const TensorDe
   Dims out = x;
   for (int i = 0; i < x.rank(); ++i) {
     if (!(p.scales[static_cast<std::size_t>(i)] > 0.f)) invalid("scales must be > 0");
-    if (x[i] >= 0) out[i] = static_cast<std::int64_t>(std::floor(static_cast<double>(x[i]) * p.scales[static_cast<std::size_t>(i)]));
+    if (x[i] < 0) continue;
+    // In double, then bounded before the conversion (out of range, it would be undefined).
+    const double v = std::floor(static_cast<double>(x[i]) * p.scales[static_cast<std::size_t>(i)]);
+    if (!(v < 0x1p62)) invalid("scales make dimension " + std::to_string(i) + " of " + x.str() + " too large");
+    out[i] = static_cast<std::int64_t>(v);
   }
   return {{in[0].type, out}};
 }

@@ -53,7 +53,7 @@ Dims reshape_dims(const Dims& input, const Dims& spec, bool zero_is_placeholder,
     }
     out[i] = v;
     if (v < 0) unknown = true;
-    else known *= v;
+    else if (__builtin_mul_overflow(known, v, &known)) invalid("reshape_dims " + spec.str() + " hold more elements than 64 bits count");
   }
   std::int64_t volume = input.volume();
   if (infer_at >= 0) {

@@ -24,8 +24,10 @@ Spatial spatial(const Dims& kernel, const Dims& stride, const Dims& pre, const D
     if (out.rank() != n)
       invalid(std::string(name) + " " + d.str() + " has rank " + std::to_string(d.rank()) + "; " + kernel_name +
               " has rank " + std::to_string(n));
-    for (auto x : out)
+    for (auto x : out) {
       if (x < min) invalid(std::string(name) + " " + out.str() + " must be >= " + std::to_string(min));
+      if (x > kMaxWindowParam) invalid(std::string(name) + " " + out.str() + " must be <= " + std::to_string(kMaxWindowParam));
+    }
     return out;
   };
   Spatial s;
@@ -40,12 +42,14 @@ Spatial spatial(const Dims& kernel, const Dims& stride, const Dims& pre, const D
 std::int64_t window_out(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t dil, std::int64_t pre,
                         std::int64_t post, PaddingMode mode) {
   if (in < 0) return -1;
-  std::int64_t span = dil * (k - 1) + 1;
+  // The parameters are at most kMaxWindowParam (spatial()): span fits; the padded extent may not.
+  const std::int64_t span = dil * (k - 1) + 1;
+  const std::int64_t extent = narrow_dim(Wide{in} + pre + post - span, "the padded input");
   switch (mode) {
     case PaddingMode::kSAME_UPPER:
     case PaddingMode::kSAME_LOWER: return div_ceil(in, stride);
-    case PaddingMode::kEXPLICIT_ROUND_UP: return div_ceil(in + pre + post - span, stride) + 1;
-    default: return div_floor(in + pre + post - span, stride) + 1;
+    case PaddingMode::kEXPLICIT_ROUND_UP: return div_ceil(extent, stride) + 1;
+    default: return div_floor(extent, stride) + 1;
   }
 }
 
@@ -109,8 +113,9 @@ Dims window_pre_padding(const Dims& x, const Dims& kernel, const Dims& stride, c
   if (mode != PaddingMode::kSAME_UPPER && mode != PaddingMode::kSAME_LOWER) return out;
   for (int i = 0; i < s.kernel.rank(); ++i) {
     std::int64_t in = x[2 + i], span = s.dilation[i] * (s.kernel[i] - 1) + 1, total;
-    if (transposed) total = std::max<std::int64_t>(0, (in - 1) * s.stride[i] + span - in * s.stride[i]);
-    else total = std::max<std::int64_t>(0, (ops::div_ceil(in, s.stride[i]) - 1) * s.stride[i] + span - in);
+    // span - stride, or the last window's overshoot: both within the parameters' bounds.
+    if (transposed) total = std::max<std::int64_t>(0, span - s.stride[i]);
+    else total = std::max<std::int64_t>(0, static_cast<std::int64_t>((ops::Wide{ops::div_ceil(in, s.stride[i])} - 1) * s.stride[i] + span - in));
     out[i] = mode == PaddingMode::kSAME_UPPER ? total / 2 : total - total / 2;
   }
   return out;

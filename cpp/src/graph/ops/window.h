@@ -18,7 +18,8 @@ std::int64_t div_floor(std::int64_t a, std::int64_t b);
 std::int64_t div_ceil(std::int64_t a, std::int64_t b);
 
 // Spatial parameters shared by convolution, deconvolution and pooling: defaults filled in and
-// checked. `dims` is the number of spatial dimensions.
+// checked, each at most kMaxWindowParam. `dims` is the number of spatial dimensions.
+inline constexpr std::int64_t kMaxWindowParam = 0x7fffffff;
 struct Spatial {
   Dims kernel, stride, pre, post, dilation;
 };
