@@ -4,7 +4,8 @@
 // node's cuBLASLt plans); workspace_bytes() is asked at build time with the profile's largest
 // shapes (data pointers may be null: it reads no device memory), run() then works at any shapes
 // up to those with that much workspace. run() launches everything asynchronously on `stream`:
-// no allocation, no synchronization, no host read of device data. Implemented in conv.cu.
+// no allocation, no synchronization, no host read of device data. Implemented in
+// ops/convolution.cu, ops/deconvolution.cu and ops/einsum.cu (what they share: window_util.cuh).
 //
 // Numerics (as the CPU): float32, float16 and bfloat16 only; products and sums in float32 (the
 // GEMMs run with CUBLAS_COMPUTE_32F: float32 never becomes TF32; float16/bfloat16 operands feed
@@ -67,7 +68,7 @@ inline constexpr std::size_t kChunkBytes = std::size_t{256} << 20;
 // own: its three copies, each 256-byte aligned, and the alignment after cuDNN's part.
 std::size_t channels_last_copy_bytes(const CudnnConvShape& s);
 
-class StridedGemm;  // conv.cu: strided-batched cuBLASLt GEMMs with arbitrary leading dims
+class StridedGemm;  // window_util.cuh: strided-batched cuBLASLt GEMMs with arbitrary leading dims
 
 class ConvolutionKernel {
  public:

@@ -77,11 +77,13 @@ inline bool same_cudnn_problem(const CudnnConvShape& a, const CudnnConvShape& b)
   return true;
 }
 
-// The configuration that runs the backend's direct kernel (conv.cu) instead of a cuDNN engine.
+// The configuration that runs the backend's direct kernel (ops/convolution.cu) instead of a
+// cuDNN engine.
 inline constexpr std::string_view kDirectConfig = "direct";
 
-// Shared memory the direct kernel needs for `s` (conv.cu's layout: the block's 64 kernels in
-// fragment order, their bias, the tap table, two input tiles of 128 output positions' windows).
+// Shared memory the direct kernel needs for `s` (ops/convolution.cu's layout: the block's 64
+// kernels in fragment order, their bias, the tap table, two input tiles of 128 output
+// positions' windows).
 inline std::size_t direct_conv_shared_bytes(const CudnnConvShape& s) {
   const std::int64_t taps = s.w[2] * s.w[3], kb = (taps + 3) / 4, tile_w = 127 * s.stride[1] + s.w[3];
   return static_cast<std::size_t>(kb * 2048 + 256 + kb * 16 + 2 * s.w[2] * tile_w * 8);

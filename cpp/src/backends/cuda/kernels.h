@@ -1,5 +1,8 @@
 // Internal: the CUDA backend's kernels — one host function per layer kind, on device buffers,
-// launched asynchronously on `stream`. Semantics are exactly those of backends/cpu/kernels.h
+// launched asynchronously on `stream`. This header is their index: one group per file of ops/
+// (one file per layer, the same stem as the CPU backend's ops/*.cpp), in alphabetical order;
+// convolution, deconvolution and einsum are objects declared in conv.h, and the channels-last
+// copies (channels_last.cu) come last. Semantics are exactly those of backends/cpu/kernels.h
 // (its ops/*.cpp; the conformance suite compares the two backends): values of the narrow
 // float types are computed in float32 and rounded once when stored (round to nearest even;
 // fp16/bf16 overflow to infinity; fp8 e4m3 stores saturate to ±448, NaN stays NaN), int32/int64
@@ -32,14 +35,7 @@ struct TensorRef {
   Dims dims;
 };
 
-// ---- kernels_pointwise.cu ----------------------------------------------------------------
-// out = a OP b with TensorRT broadcasting (equal ranks; each dim equal or 1). out may alias a
-// or b when it has the same dims and type.
-void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
-                 cudaStream_t stream);
-// elementwise(kSUM, ...) then ReLU in one pass (a float type), the sum rounded to the type
-// first: the two layers' values. A residual block's add and activation.
-void sum_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, cudaStream_t stream);
+// ops/activation.cu
 void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);  // out may alias x
 // In place over y [N, C, rest...] (a float type): y = activation(y + bias[c]) per channel c, the
 // sum rounded to y's type before the activation (as an elementwise layer then an activation
@@ -50,6 +46,106 @@ void bias_activation(const TensorRef& y, const void* bias, const ActivationParam
 // [N, rest..., C] (channel c of position s of image n at (n * S + s) * C + c).
 void bias_activation_channels_last(const TensorRef& y, const void* bias, const ActivationParams* act,
                                    cudaStream_t stream);
+
+// ops/cast.cu
+void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/concatenation.cu
+// `axis` already resolved (0 <= axis < rank).
+void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef& out, cudaStream_t stream);
+
+// ops/convolution.cu: ConvolutionKernel (conv.h).
+
+// ops/deconvolution.cu: DeconvolutionKernel (conv.h).
+
+// ops/einsum.cu: EinsumKernel (conv.h).
+
+// ops/elementwise.cu
+// out = a OP b with TensorRT broadcasting (equal ranks; each dim equal or 1). out may alias a
+// or b when it has the same dims and type.
+void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out,
+                 cudaStream_t stream);
+// elementwise(kSUM, ...) then ReLU in one pass (a float type), the sum rounded to the type
+// first: the two layers' values. A residual block's add and activation.
+void sum_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, cudaStream_t stream);
+
+// ops/gather.cu
+void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out,
+            cudaStream_t stream);
+
+// ops/identity.cu
+// Same type and volume; a device-to-device copy.
+void copy(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/matrix_multiply.cu
+// out = float(acc) * (*scale_a * *scale_b), rounded once to out's float type: an int8 GEMM's
+// int32 sums (acc) scaled by its operands' per-tensor float32 scales (device pointers). With a
+// `bias` (out's type, one value per column of out's last dim), that row is then added and the
+// sum rounded again: the two passes' arithmetic, in one.
+void scale_accumulator(const TensorRef& acc, const void* scale_a, const void* scale_b, const void* bias,
+                       const TensorRef& out, cudaStream_t stream);
+
+// ops/normalization.cu
+void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
+                   const TensorRef& out, cudaStream_t stream);
+
+// ops/padding.cu
+void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/pooling.cu
+// x and out have their logical dims [N, C, spatial...]; either may be stored channels-last
+// ([N, spatial..., C], layouts.h): same taps, order and arithmetic, so the same values.
+void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream,
+             bool x_channels_last = false, bool out_channels_last = false);
+
+// ops/quantize.cu
+// Per-tensor (scale has one element) or per-channel along `axis` (already normalized >= 0).
+void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
+void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
+// quantize(activation(x), scale) in one pass, the activation's result rounded to x's type as if
+// stored; a per-tensor scale (one element).
+void activation_quantize(const ActivationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& out,
+                         cudaStream_t stream);
+
+// ops/reduce.cu
+// `workspace`: nullptr, or reduce_split_workspace_bytes() of scratch (256-byte aligned); with
+// it, few outputs over many elements (reduce_splits) are reduced by many blocks in two passes
+// (a full reduction: one block otherwise).
+void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream,
+            void* workspace = nullptr);
+std::size_t reduce_split_workspace_bytes();
+// Whether reduce() splits reducing an input of these dims (given the workspace).
+bool reduce_splits(const ReduceParams& p, const Dims& x);
+
+// ops/resize.cu
+void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/select.cu
+void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,
+            cudaStream_t stream);
+
+// ops/shuffle.cu
+// out = second_transpose(reshape(first_transpose(x))); out.dims are the result's dims.
+void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/slice.cu
+// p.start/size/stride are the resolved values; `fill` (device, one element) is the FILL
+// mode's value (null: zero).
+void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, const TensorRef& out, cudaStream_t stream);
+
+// ops/softmax.cu
+// Softmax along `axis` (0 <= axis < rank), max-subtracted.
+void softmax(int axis, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/topk.cu
+// One output of topk (p.output 0: values, 1: int32 indices).
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/unary.cu
+void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// channels_last.cu (not a layer: the copies around cuDNN convolutions, and the backend's
+// layout conversions)
 // x [N, C, rest...] (a float type) into `out` channels-last with `channels` (>= C) channels: the
 // value of channel c at position s of image n goes to out[(n * S + s) * channels + c] (S: the
 // volume of rest), zeros where c >= C. A cuDNN convolution's input (and kernel) copy.
@@ -59,57 +155,5 @@ void to_channels_last(const TensorRef& x, std::int64_t channels, void* out, cuda
 // and `act` may be null (then a plain copy).
 void from_channels_last(const void* in, const TensorRef& y, const void* bias, const ActivationParams* act,
                         cudaStream_t stream);
-void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-// Per-tensor (scale has one element) or per-channel along `axis` (already normalized >= 0).
-void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
-void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream);
-// quantize(activation(x), scale) in one pass, the activation's result rounded to x's type as if
-// stored; a per-tensor scale (one element).
-void activation_quantize(const ActivationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& out,
-                         cudaStream_t stream);
-// out = float(acc) * (*scale_a * *scale_b), rounded once to out's float type: an int8 GEMM's
-// int32 sums (acc) scaled by its operands' per-tensor float32 scales (device pointers). With a
-// `bias` (out's type, one value per column of out's last dim), that row is then added and the
-// sum rounded again: the two passes' arithmetic, in one.
-void scale_accumulator(const TensorRef& acc, const void* scale_a, const void* scale_b, const void* bias,
-                       const TensorRef& out, cudaStream_t stream);
-void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,
-            cudaStream_t stream);
-// Same type and volume; a device-to-device copy.
-void copy(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-
-// ---- kernels_layout.cu -------------------------------------------------------------------
-// out = second_transpose(reshape(first_transpose(x))); out.dims are the result's dims.
-void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-// `axis` already resolved (0 <= axis < rank).
-void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef& out, cudaStream_t stream);
-// p.start/size/stride are the resolved values; `fill` (device, one element) is the FILL
-// mode's value (null: zero).
-void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, const TensorRef& out, cudaStream_t stream);
-void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out,
-            cudaStream_t stream);
-void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-// x and out have their logical dims [N, C, spatial...]; either may be stored channels-last
-// ([N, spatial..., C], layouts.h): same taps, order and arithmetic, so the same values.
-void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream,
-             bool x_channels_last = false, bool out_channels_last = false);
-
-// ---- kernels_reduce.cu -------------------------------------------------------------------
-// `workspace`: nullptr, or reduce_split_workspace_bytes() of scratch (256-byte aligned); with
-// it, few outputs over many elements (reduce_splits) are reduced by many blocks in two passes
-// (a full reduction: one block otherwise).
-void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream,
-            void* workspace = nullptr);
-std::size_t reduce_split_workspace_bytes();
-// Whether reduce() splits reducing an input of these dims (given the workspace).
-bool reduce_splits(const ReduceParams& p, const Dims& x);
-// Softmax along `axis` (0 <= axis < rank), max-subtracted.
-void softmax(int axis, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
-void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
-                   const TensorRef& out, cudaStream_t stream);
-// One output of topk (p.output 0: values, 1: int32 indices).
-void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 
 }  // namespace tensoracle::cuda
