@@ -38,33 +38,12 @@ std::vector<TensorDesc> infer_op(const DeconvolutionParams& p, std::span<const T
   return {{in[0].type, out}};
 }
 
-json params_to_json(const DeconvolutionParams& p) {
-  return {{"num_output_maps", p.num_output_maps}, {"kernel_size", dims_json(p.kernel_size)},
-          {"stride", dims_json(p.stride)}, {"pre_padding", dims_json(p.pre_padding)},
-          {"post_padding", dims_json(p.post_padding)}, {"dilation", dims_json(p.dilation)},
-          {"num_groups", p.num_groups}, {"padding_mode", enum_name(kPadMode, p.padding_mode)}};
-}
-
-DeconvolutionParams params_from_json(const json& j) {
-  auto fill = [&](auto p) {
-    p.num_output_maps = j.at("num_output_maps").get<std::int32_t>();
-    p.kernel_size = dims_of(j.at("kernel_size"));
-    p.stride = dims_of(j.at("stride"));
-    p.pre_padding = dims_of(j.at("pre_padding"));
-    p.post_padding = dims_of(j.at("post_padding"));
-    p.dilation = dims_of(j.at("dilation"));
-    p.num_groups = j.at("num_groups").get<std::int32_t>();
-    p.padding_mode = enum_value<PaddingMode>(kPadMode, j.at("padding_mode"));
-    return p;
-  };
-  return fill(DeconvolutionParams{});
-}
-
 }  // namespace
 
-// Optional bias.
+// Optional bias. The parameters' JSON is convolution's and deconvolution's (window.h).
 extern const OpTraits kDeconvolutionOp =
-    make_op<DeconvolutionParams, infer_op, params_to_json, params_from_json>(LayerType::kDECONVOLUTION, "deconvolution", {2, 3});
+    make_op<DeconvolutionParams, infer_op, conv_params_to_json<DeconvolutionParams>, conv_params_from_json<DeconvolutionParams>>(
+        LayerType::kDECONVOLUTION, "deconvolution", {2, 3});
 
 }  // namespace ops
 

@@ -1,6 +1,7 @@
 // Internal to the op units of the window layers (convolution, deconvolution, pooling): their
 // spatial parameters with defaults filled in and checked, the output size of a sliding window,
-// and the kernel and bias checks of convolution and deconvolution (window.cpp).
+// the kernel and bias checks of convolution and deconvolution (window.cpp), and the JSON form
+// of their parameters.
 #pragma once
 
 #include <array>
@@ -37,5 +38,28 @@ TensorDesc infer_window(const TensorDesc& x, const Spatial& s, PaddingMode mode,
 void check_conv_weights(const TensorDesc& x, std::span<const TensorDesc> in, std::span<const InputFacts> facts,
                         std::int64_t kernel_rows, std::int64_t kernel_cols_times_groups, const Spatial& s,
                         std::int32_t groups, std::int32_t maps, const char* what, bool full);
+
+// The JSON form of convolution's and deconvolution's parameters (the same fields).
+template <typename P>
+json conv_params_to_json(const P& p) {
+  return {{"num_output_maps", p.num_output_maps}, {"kernel_size", dims_json(p.kernel_size)},
+          {"stride", dims_json(p.stride)}, {"pre_padding", dims_json(p.pre_padding)},
+          {"post_padding", dims_json(p.post_padding)}, {"dilation", dims_json(p.dilation)},
+          {"num_groups", p.num_groups}, {"padding_mode", enum_name(kPadMode, p.padding_mode)}};
+}
+
+template <typename P>
+P conv_params_from_json(const json& j) {
+  P p;
+  p.num_output_maps = j.at("num_output_maps").get<std::int32_t>();
+  p.kernel_size = dims_of(j.at("kernel_size"));
+  p.stride = dims_of(j.at("stride"));
+  p.pre_padding = dims_of(j.at("pre_padding"));
+  p.post_padding = dims_of(j.at("post_padding"));
+  p.dilation = dims_of(j.at("dilation"));
+  p.num_groups = j.at("num_groups").get<std::int32_t>();
+  p.padding_mode = enum_value<PaddingMode>(kPadMode, j.at("padding_mode"));
+  return p;
+}
 
 }  // namespace tensoracle::graph::ops
