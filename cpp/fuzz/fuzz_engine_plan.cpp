@@ -521,11 +521,17 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
     if (doc.is_discarded() || !doc.is_structured() || rng() % 4 == 0) doc = plan::plan_to_json(seed().plan);
     if (!doc.is_discarded() && doc.is_structured()) {
       bool changed = false;
-      for (int tries = 0, n = 1 + static_cast<int>(rng() % 3); tries < 64 && n > 0; ++tries)
-        if (mutate(doc, rng)) {
-          changed = true;
-          --n;
+      for (int tries = 0, n = 1 + static_cast<int>(rng() % 3); tries < 64 && n > 0; ++tries) {
+        // A linked edit reads fields that earlier changes may have given another type (a
+        // value's is_output a number, say): nlohmann then throws, and that change is skipped.
+        try {
+          if (mutate(doc, rng)) {
+            changed = true;
+            --n;
+          }
+        } catch (const nlohmann::json::exception&) {
         }
+      }
       if (changed) {
         const std::string text = doc.dump();
         if (text.size() <= max_size) {
