@@ -46,6 +46,8 @@ struct Registry {
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Library>> by_path;  // canonical path -> library
   std::map<std::string, Creator> creators;                  // creator_key -> creator
+  // Libraries refused after dlopen ran their initializers: they stay loaded (see below).
+  std::vector<void*> refused;
 };
 
 // Never destroyed: plugins may be released after static destructors have run.
@@ -273,13 +275,22 @@ PluginLibraryInfo load_plugin_library(const fs::path& path) {
       text.replace(at, load_name.size(), real.string());
     fail(path, "cannot load the plugin library: " + text);
   }
-  struct Unload {
+  // Once dlopen has run a library's initializers it is never unloaded, refused or not: they may
+  // have registered with other libraries (a CUDA runtime linked into the plugin registers its
+  // kernels), started threads or queued exit handlers, and unloading leaves those pointing at
+  // unmapped code. A refused library stays mapped, unused, with its copy's descriptor (glibc
+  // finds a loaded library by the copy's name, so that number must not be reused).
+  struct Retire {
+    plugin::Registry& r;
     void* handle;
+    plugin::PrivateCopy& copy;
     bool armed = true;
-    ~Unload() {
-      if (armed) ::dlclose(handle);
+    ~Retire() {
+      if (!armed) return;
+      r.refused.push_back(handle);
+      copy.keep();
     }
-  } unload{handle};
+  } retire{r, handle, copy};
   if (auto now = core::stat_path(real); !now || *now != before)
     fail(path, "the plugin library changed while it was loaded; load it once it is written completely");
   auto get = reinterpret_cast<TensoracleGetCreatorsFn>(::dlsym(handle, "getCreators"));
@@ -303,7 +314,7 @@ PluginLibraryInfo load_plugin_library(const fs::path& path) {
     r.creators.emplace(key, std::move(c));
   }
   r.by_path.emplace(real.string(), lib);
-  unload.armed = false;  // kept for the life of the process
+  retire.armed = false;  // kept for the life of the process
   copy.keep();           // and so is its copy's descriptor (its name must not be reused)
   return lib->info;
 }
