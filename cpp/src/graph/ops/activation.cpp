@@ -34,7 +34,7 @@ ActivationParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kActivationOp =
-    make_op<ActivationParams, infer_op, params_to_json, params_from_json>(LayerType::kACTIVATION, "activation", {1, 1});
+    make_op<ActivationParams, infer_op, params_to_json, params_from_json>("activation", {1, 1});
 
 }  // namespace ops
 

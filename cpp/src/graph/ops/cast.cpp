@@ -33,7 +33,7 @@ CastParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kCastOp =
-    make_op<CastParams, infer_op, params_to_json, params_from_json>(LayerType::kCAST, "cast", {1, 1});
+    make_op<CastParams, infer_op, params_to_json, params_from_json>("cast", {1, 1});
 
 }  // namespace ops
 

@@ -32,19 +32,32 @@ void check_axes(std::uint32_t axes, int rank, const char* what);
 
 // Dims arithmetic on untrusted values (an engine file's plan, a caller's parameters) is done in
 // 128 bits and brought back with narrow_dim, which refuses what does not fit 64: a signed
-// overflow would be undefined behaviour, not an error.
+// overflow would be undefined behaviour, not an error. `what` names the value: a string, or a
+// function returning one where the name is built (it runs only when the value does not fit:
+// shape inference calls this on every shape change).
 __extension__ using Wide = __int128;
-inline std::int64_t narrow_dim(Wide v, const std::string& what) {
-  if (v > INT64_MAX || v < INT64_MIN) invalid(what + " does not fit in 64 bits");
+template <typename What>
+std::int64_t narrow_dim(Wide v, const What& what) {
+  if (v > INT64_MAX || v < INT64_MIN) {
+    if constexpr (std::is_invocable_v<const What&>) invalid(what() + " does not fit in 64 bits");
+    else invalid(std::string(what) + " does not fit in 64 bits");
+  }
   return static_cast<std::int64_t>(v);
 }
 
 // A unit's traits from its functions for parameters P: Infer(const P&, inputs, facts, full),
 // ToJson(const P&) and FromJson(const json&) -> P (nullptr: never in a plan).
+// The unit's LayerType is P's index among LayerParams' alternatives (tensoracle/network.h).
+template <typename P, std::size_t I = 0>
+constexpr LayerType layer_type_of() {
+  static_assert(I < std::variant_size_v<LayerParams>, "an op unit's parameters must be one of LayerParams' alternatives");
+  if constexpr (std::is_same_v<std::variant_alternative_t<I, LayerParams>, P>) return static_cast<LayerType>(I);
+  else return layer_type_of<P, I + 1>();
+}
+
 template <typename P, auto Infer, auto ToJson, auto FromJson>
-constexpr OpTraits make_op(LayerType type, std::string_view name, InputArity arity) {
-  static_assert(std::is_same_v<std::variant_alternative_t<static_cast<std::size_t>(0), LayerParams>, InputParams>);
-  OpTraits t{type, name, arity, nullptr, nullptr, nullptr};
+constexpr OpTraits make_op(std::string_view name, InputArity arity) {
+  OpTraits t{layer_type_of<P>(), name, arity, nullptr, nullptr, nullptr};
   t.infer = [](const LayerParams& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts, bool full) {
     return Infer(std::get<P>(p), in, facts, full);
   };

@@ -58,7 +58,7 @@ ConcatenationParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kConcatenationOp =
-    make_op<ConcatenationParams, infer_op, params_to_json, params_from_json>(LayerType::kCONCATENATION, "concatenation", {1, -1});
+    make_op<ConcatenationParams, infer_op, params_to_json, params_from_json>("concatenation", {1, -1});
 
 }  // namespace ops
 

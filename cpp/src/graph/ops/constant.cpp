@@ -25,7 +25,7 @@ json params_to_json(const ConstantParams&) { return json::object(); }
 }  // namespace
 
 extern const OpTraits kConstantOp =
-    make_op<ConstantParams, infer_op, params_to_json, nullptr>(LayerType::kCONSTANT, "constant", {0, 0});
+    make_op<ConstantParams, infer_op, params_to_json, nullptr>("constant", {0, 0});
 
 }  // namespace ops
 

@@ -25,8 +25,7 @@ std::vector<TensorDesc> infer_op(const ConvolutionParams& p, std::span<const Ten
 
 // Optional bias. The parameters' JSON is convolution's and deconvolution's (window.h).
 extern const OpTraits kConvolutionOp =
-    make_op<ConvolutionParams, infer_op, conv_params_to_json<ConvolutionParams>, conv_params_from_json<ConvolutionParams>>(
-        LayerType::kCONVOLUTION, "convolution", {2, 3});
+    make_op<ConvolutionParams, infer_op, conv_params_to_json<ConvolutionParams>, conv_params_from_json<ConvolutionParams>>("convolution", {2, 3});
 
 }  // namespace ops
 

@@ -25,10 +25,10 @@ std::vector<TensorDesc> infer_op(const DeconvolutionParams& p, std::span<const T
     std::int64_t v = x[2 + i];
     if (v < 0) continue;
     if (p.padding_mode == PaddingMode::kSAME_UPPER || p.padding_mode == PaddingMode::kSAME_LOWER) {
-      out[2 + i] = narrow_dim(Wide{v} * s.stride[i], "spatial dimension " + std::to_string(i) + " of the output");
+      out[2 + i] = narrow_dim(Wide{v} * s.stride[i], [i] { return "spatial dimension " + std::to_string(i) + " of the output"; });
     } else {
       out[2 + i] = narrow_dim((Wide{v} - 1) * s.stride[i] + Wide{s.dilation[i]} * (s.kernel[i] - 1) + 1 - s.pre[i] - s.post[i],
-                              "spatial dimension " + std::to_string(i) + " of the output");
+                              [i] { return "spatial dimension " + std::to_string(i) + " of the output"; });
     }
     if (out[2 + i] < 1) {
       if (!full) out[2 + i] = -1;  // padding may still change: checked when the network is built
@@ -42,8 +42,7 @@ std::vector<TensorDesc> infer_op(const DeconvolutionParams& p, std::span<const T
 
 // Optional bias. The parameters' JSON is convolution's and deconvolution's (window.h).
 extern const OpTraits kDeconvolutionOp =
-    make_op<DeconvolutionParams, infer_op, conv_params_to_json<DeconvolutionParams>, conv_params_from_json<DeconvolutionParams>>(
-        LayerType::kDECONVOLUTION, "deconvolution", {2, 3});
+    make_op<DeconvolutionParams, infer_op, conv_params_to_json<DeconvolutionParams>, conv_params_from_json<DeconvolutionParams>>("deconvolution", {2, 3});
 
 }  // namespace ops
 

@@ -84,7 +84,7 @@ EinsumParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kEinsumOp =
-    make_op<EinsumParams, infer_op, params_to_json, params_from_json>(LayerType::kEINSUM, "einsum", {1, -1});
+    make_op<EinsumParams, infer_op, params_to_json, params_from_json>("einsum", {1, -1});
 
 }  // namespace ops
 

@@ -78,7 +78,7 @@ ElementWiseParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kElementwiseOp =
-    make_op<ElementWiseParams, infer_op, params_to_json, params_from_json>(LayerType::kELEMENTWISE, "elementwise", {2, 2});
+    make_op<ElementWiseParams, infer_op, params_to_json, params_from_json>("elementwise", {2, 2});
 
 }  // namespace ops
 

@@ -78,7 +78,7 @@ GatherParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kGatherOp =
-    make_op<GatherParams, infer_op, params_to_json, params_from_json>(LayerType::kGATHER, "gather", {2, 2});
+    make_op<GatherParams, infer_op, params_to_json, params_from_json>("gather", {2, 2});
 
 }  // namespace ops
 

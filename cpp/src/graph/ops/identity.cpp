@@ -20,7 +20,7 @@ IdentityParams params_from_json(const json&) { return {}; }
 }  // namespace
 
 extern const OpTraits kIdentityOp =
-    make_op<IdentityParams, infer_op, params_to_json, params_from_json>(LayerType::kIDENTITY, "identity", {1, 1});
+    make_op<IdentityParams, infer_op, params_to_json, params_from_json>("identity", {1, 1});
 
 }  // namespace ops
 

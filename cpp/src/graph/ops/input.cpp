@@ -19,7 +19,7 @@ json params_to_json(const InputParams&) { return json::object(); }
 }  // namespace
 
 extern const OpTraits kInputOp =
-    make_op<InputParams, infer_op, params_to_json, nullptr>(LayerType::kINPUT, "input", {0, 0});
+    make_op<InputParams, infer_op, params_to_json, nullptr>("input", {0, 0});
 
 }  // namespace ops
 

@@ -73,7 +73,7 @@ MatrixMultiplyParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kMatrixMultiplyOp =
-    make_op<MatrixMultiplyParams, infer_op, params_to_json, params_from_json>(LayerType::kMATRIX_MULTIPLY, "matrix_multiply", {2, 2});
+    make_op<MatrixMultiplyParams, infer_op, params_to_json, params_from_json>("matrix_multiply", {2, 2});
 
 }  // namespace ops
 

@@ -49,7 +49,7 @@ NormalizationParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kNormalizationOp =
-    make_op<NormalizationParams, infer_op, params_to_json, params_from_json>(LayerType::kNORMALIZATION, "normalization", {3, 3});
+    make_op<NormalizationParams, infer_op, params_to_json, params_from_json>("normalization", {3, 3});
 
 }  // namespace ops
 

@@ -19,7 +19,7 @@ std::vector<TensorDesc> infer_op(const PaddingParams& p, std::span<const TensorD
   for (int i = 0; i < n; ++i) {
     int d = x.rank() - n + i;
     if (x[d] < 0) continue;
-    std::int64_t v = narrow_dim(Wide{x[d]} + p.pre_padding[i] + p.post_padding[i], "padded dimension " + std::to_string(d));
+    std::int64_t v = narrow_dim(Wide{x[d]} + p.pre_padding[i] + p.post_padding[i], [d] { return "padded dimension " + std::to_string(d); });
     if (v < 0) invalid("padding " + p.pre_padding.str() + "/" + p.post_padding.str() + " crops dimension " +
                        std::to_string(d) + " of " + x.str() + " below zero");
     out[d] = v;
@@ -38,7 +38,7 @@ PaddingParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kPaddingOp =
-    make_op<PaddingParams, infer_op, params_to_json, params_from_json>(LayerType::kPADDING, "padding", {1, 1});
+    make_op<PaddingParams, infer_op, params_to_json, params_from_json>("padding", {1, 1});
 
 }  // namespace ops
 

@@ -99,7 +99,7 @@ PluginParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kPluginOp =
-    make_op<PluginParams, infer_op, params_to_json, params_from_json>(LayerType::kPLUGIN, "plugin", {0, -1});
+    make_op<PluginParams, infer_op, params_to_json, params_from_json>("plugin", {0, -1});
 
 }  // namespace ops
 

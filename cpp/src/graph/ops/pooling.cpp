@@ -48,7 +48,7 @@ PoolingParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kPoolingOp =
-    make_op<PoolingParams, infer_op, params_to_json, params_from_json>(LayerType::kPOOLING, "pooling", {1, 1});
+    make_op<PoolingParams, infer_op, params_to_json, params_from_json>("pooling", {1, 1});
 
 }  // namespace ops
 

@@ -57,10 +57,9 @@ DequantizeParams dequantize_from_json(const json& j) {
 
 }  // namespace
 
-extern const OpTraits kQuantizeOp = make_op<QuantizeParams, infer_quantize, params_to_json<QuantizeParams>, quantize_from_json>(
-    LayerType::kQUANTIZE, "quantize", {2, 2});
+extern const OpTraits kQuantizeOp = make_op<QuantizeParams, infer_quantize, params_to_json<QuantizeParams>, quantize_from_json>("quantize", {2, 2});
 extern const OpTraits kDequantizeOp = make_op<DequantizeParams, infer_dequantize, params_to_json<DequantizeParams>,
-                                              dequantize_from_json>(LayerType::kDEQUANTIZE, "dequantize", {2, 2});
+                                              dequantize_from_json>("dequantize", {2, 2});
 
 }  // namespace ops
 

@@ -40,7 +40,7 @@ ReduceParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kReduceOp =
-    make_op<ReduceParams, infer_op, params_to_json, params_from_json>(LayerType::kREDUCE, "reduce", {1, 1});
+    make_op<ReduceParams, infer_op, params_to_json, params_from_json>("reduce", {1, 1});
 
 }  // namespace ops
 

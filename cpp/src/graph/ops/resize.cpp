@@ -66,7 +66,7 @@ ResizeParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kResizeOp =
-    make_op<ResizeParams, infer_op, params_to_json, params_from_json>(LayerType::kRESIZE, "resize", {1, 1});
+    make_op<ResizeParams, infer_op, params_to_json, params_from_json>("resize", {1, 1});
 
 }  // namespace ops
 

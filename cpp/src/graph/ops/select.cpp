@@ -24,7 +24,7 @@ SelectParams params_from_json(const json&) { return {}; }
 }  // namespace
 
 extern const OpTraits kSelectOp =
-    make_op<SelectParams, infer_op, params_to_json, params_from_json>(LayerType::kSELECT, "select", {3, 3});
+    make_op<SelectParams, infer_op, params_to_json, params_from_json>("select", {3, 3});
 
 }  // namespace ops
 

@@ -20,7 +20,7 @@ ShapeParams params_from_json(const json&) { return {}; }
 }  // namespace
 
 extern const OpTraits kShapeOp =
-    make_op<ShapeParams, infer_op, params_to_json, params_from_json>(LayerType::kSHAPE, "shape", {1, 1});
+    make_op<ShapeParams, infer_op, params_to_json, params_from_json>("shape", {1, 1});
 
 }  // namespace ops
 

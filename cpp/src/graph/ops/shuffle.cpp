@@ -146,7 +146,7 @@ ShuffleParams params_from_json(const json& j) {
 
 // Optional reshape dims tensor.
 extern const OpTraits kShuffleOp =
-    make_op<ShuffleParams, infer_op, params_to_json, params_from_json>(LayerType::kSHUFFLE, "shuffle", {1, 2});
+    make_op<ShuffleParams, infer_op, params_to_json, params_from_json>("shuffle", {1, 2});
 
 }  // namespace ops
 

@@ -61,7 +61,7 @@ std::vector<TensorDesc> infer_op(const SliceParams& given, std::span<const Tenso
     // Bounds wait for the build: the mode may still be set (TensorRT's order).
     if (full && p.mode == SampleMode::kSTRICT_BOUNDS && x[i] >= 0 && p.size[i] > 0) {
       std::int64_t first = p.start[i],
-                   last = narrow_dim(Wide{p.start[i]} + (Wide{p.size[i]} - 1) * p.stride[i], "the last index read in dimension " + std::to_string(i));
+                   last = narrow_dim(Wide{p.start[i]} + (Wide{p.size[i]} - 1) * p.stride[i], [i] { return "the last index read in dimension " + std::to_string(i); });
       if (std::min(first, last) < 0 || std::max(first, last) >= x[i])
         invalid("dimension " + std::to_string(i) + " reads indices " + std::to_string(first) + ".." + std::to_string(last) +
                 " of an input of size " + std::to_string(x[i]) + "; use mode WRAP, CLAMP, FILL or REFLECT to read outside");
@@ -92,7 +92,7 @@ SliceParams params_from_json(const json& j) {
 
 // Optional start, size, stride, fill value.
 extern const OpTraits kSliceOp =
-    make_op<SliceParams, infer_op, params_to_json, params_from_json>(LayerType::kSLICE, "slice", {1, 5});
+    make_op<SliceParams, infer_op, params_to_json, params_from_json>("slice", {1, 5});
 
 }  // namespace ops
 

@@ -39,7 +39,7 @@ SoftmaxParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kSoftmaxOp =
-    make_op<SoftmaxParams, infer_op, params_to_json, params_from_json>(LayerType::kSOFTMAX, "softmax", {1, 1});
+    make_op<SoftmaxParams, infer_op, params_to_json, params_from_json>("softmax", {1, 1});
 
 }  // namespace ops
 

@@ -54,7 +54,7 @@ TopKParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kTopkOp =
-    make_op<TopKParams, infer_op, params_to_json, params_from_json>(LayerType::kTOPK, "topk", {1, 1});
+    make_op<TopKParams, infer_op, params_to_json, params_from_json>("topk", {1, 1});
 
 }  // namespace ops
 

@@ -48,7 +48,7 @@ UnaryParams params_from_json(const json& j) {
 }  // namespace
 
 extern const OpTraits kUnaryOp =
-    make_op<UnaryParams, infer_op, params_to_json, params_from_json>(LayerType::kUNARY, "unary", {1, 1});
+    make_op<UnaryParams, infer_op, params_to_json, params_from_json>("unary", {1, 1});
 
 }  // namespace ops
 
