@@ -5,7 +5,7 @@
 //   // u.root is the checkpoint (a Dict, usually); u.tensors every tensor it built.
 //
 // It interprets the opcodes of pickle protocols 2-5 that torch.save emits and nothing else.
-// GLOBAL / STACK_GLOBAL resolve only names of a fixed table (kAllowedGlobals in pickle.cpp:
+// GLOBAL / STACK_GLOBAL resolve only names of a fixed table (kAllowedGlobals in pickle_torch.cpp:
 // collections.OrderedDict, torch._utils._rebuild_tensor*, _rebuild_parameter*, torch
 // storage classes and dtypes, torch.device, torch.Size, builtins set/frozenset/slice/complex,
 // _codecs.encode), and REDUCE "calls" them by building plain values here — nothing is
