@@ -32,10 +32,9 @@ using detail::tn;
 
 constexpr i64 kParallelMin = 32 * 1024;  // elements
 
-// Row-major strides, in elements.
-void strides_of(const Dims& d, i64* s);
-
-i64 prod(const Dims& d, int from, int to);
+// Row-major strides, in elements; the product of d[from, to) (backends/common/checks.h).
+using backends::common::prod;
+using backends::common::strides_of;
 
 // Calls f(T{}) with the unsigned integer type of `size` bytes.
 template <class F>
