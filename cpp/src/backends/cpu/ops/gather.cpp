@@ -100,12 +100,8 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
         detail::parallel_ranges(
             rows,
             [&](i64 begin, i64 end) {
-              i64 idx[Dims::kMaxRank] = {};
-              i64 rem = begin;
-              for (int k = r - 2; k >= 0; --k) {
-                idx[k] = rem % I[k];
-                rem /= I[k];
-              }
+              RowIndex at(I, r, begin);
+              const i64* const idx = at.idx;
               for (i64 row = begin; row < end; ++row) {
                 i64 base = 0;
                 for (int k = 0; k < r - 1; ++k)
@@ -120,10 +116,7 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
                   }
                   y[e] = x[base + (axis == r - 1 ? v : j + v * ds[axis])];
                 }
-                for (int k = r - 2; k >= 0; --k) {
-                  if (++idx[k] < I[k]) break;
-                  idx[k] = 0;
-                }
+                at.next();
               }
             },
             std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));

@@ -142,12 +142,8 @@ void resize_interp(const TensorRef& x, const TensorRef& out, const std::vector<D
           no_memory = true;
           return;
         }
-        i64 idx[Dims::kMaxRank] = {};
-        i64 rem = begin;
-        for (int k = r - 2; k >= 0; --k) {
-          idx[k] = rem % od[k];
-          rem /= od[k];
-        }
+        RowIndex at(od, r, begin);
+        const i64* const idx = at.idx;
         for (i64 row = begin; row < end; ++row) {
           i64 base = 0;
           for (int k = 0; k < r - 1; ++k) {
@@ -184,10 +180,7 @@ void resize_interp(const TensorRef& x, const TensorRef& out, const std::vector<D
             }
             store_f<T>(out.data, row * inner + j, acc);
           }
-          for (int k = r - 2; k >= 0; --k) {
-            if (++idx[k] < od[k]) break;
-            idx[k] = 0;
-          }
+          at.next();
         }
       },
       std::max<i64>(1, kParallelMin / std::max<i64>(1, inner * combos * KL)));

@@ -40,12 +40,8 @@ void select(const TensorRef& condition, const TensorRef& then_input, const Tenso
     detail::parallel_ranges(
         rows,
         [&](i64 begin, i64 end) {
-          i64 idx[Dims::kMaxRank] = {};
-          i64 rem = begin;
-          for (int k = r - 2; k >= 0; --k) {
-            idx[k] = rem % od[k];
-            rem /= od[k];
-          }
+          RowIndex at(od, r, begin);
+          const i64* const idx = at.idx;
           for (i64 row = begin; row < end; ++row) {
             i64 oc = 0, ot = 0, oe = 0;
             for (int k = 0; k < r - 1; ++k) {
@@ -55,10 +51,7 @@ void select(const TensorRef& condition, const TensorRef& then_input, const Tenso
             }
             T* dst = y + row * inner;
             for (i64 j = 0; j < inner; ++j) dst[j] = cond[oc + j * ci] ? a[ot + j * ti] : b[oe + j * ei];
-            for (int k = r - 2; k >= 0; --k) {
-              if (++idx[k] < od[k]) break;
-              idx[k] = 0;
-            }
+            at.next();
           }
         },
         std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));
