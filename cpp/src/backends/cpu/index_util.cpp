@@ -7,20 +7,6 @@
 
 namespace tensoracle::cpu::indexing {
 
-void strides_of(const Dims& d, i64* s) {
-  i64 acc = 1;
-  for (int k = d.rank() - 1; k >= 0; --k) {
-    s[k] = acc;
-    acc *= d[k];
-  }
-}
-
-i64 prod(const Dims& d, int from, int to) {
-  i64 p = 1;
-  for (int k = from; k < to; ++k) p *= d[k];
-  return p;
-}
-
 void table_copy(const TensorRef& x, const TensorRef& out, const std::vector<std::vector<i64>>& table,
                 const void* fill, const char* kernel) {
   by_size(element_size(x.type), kernel, [&](auto tag) {

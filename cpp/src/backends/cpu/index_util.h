@@ -32,10 +32,9 @@ using detail::tn;
 
 constexpr i64 kParallelMin = 32 * 1024;  // elements
 
-// Row-major strides, in elements.
-void strides_of(const Dims& d, i64* s);
-
-i64 prod(const Dims& d, int from, int to);
+// Row-major strides, in elements; the product of d[from, to) (backends/common/checks.h).
+using backends::common::prod;
+using backends::common::strides_of;
 
 // Calls f(T{}) with the unsigned integer type of `size` bytes.
 template <class F>
@@ -76,6 +75,28 @@ void by_float_type(DataType t, const char* kernel, F&& f) {
   }
 }
 
+// ---- row walks ------------------------------------------------------------------------------
+
+// The index over the first r - 1 dims of `d` (rank r) of row `row` (a row: d's last dim), then
+// of each next row: the walk of a row loop over a row-major array.
+struct RowIndex {
+  const Dims& d;
+  int r;
+  i64 idx[Dims::kMaxRank] = {};
+  RowIndex(const Dims& dims, int rank, i64 row) : d(dims), r(rank) {
+    for (int k = r - 2; k >= 0; --k) {
+      idx[k] = row % d[k];
+      row /= d[k];
+    }
+  }
+  void next() noexcept {
+    for (int k = r - 2; k >= 0; --k) {
+      if (++idx[k] < d[k]) break;
+      idx[k] = 0;
+    }
+  }
+};
+
 // ---- table copy (slice, padding, nearest resize) ----------------------------------------
 
 // out[o] = x[sum_d table[d][o_d]], or `fill` when any table entry of o is negative. table[d]
@@ -96,12 +117,8 @@ void table_copy_typed(const T* x, T* out, const Dims& od, const std::vector<std:
   detail::parallel_ranges(
       rows,
       [&](i64 begin, i64 end) {
-        i64 idx[Dims::kMaxRank] = {};
-        i64 rem = begin;
-        for (int k = r - 2; k >= 0; --k) {
-          idx[k] = rem % od[k];
-          rem /= od[k];
-        }
+        RowIndex at(od, r, begin);
+        const i64* const idx = at.idx;
         for (i64 row = begin; row < end; ++row) {
           i64 base = 0;
           bool outside = false;
@@ -121,10 +138,7 @@ void table_copy_typed(const T* x, T* out, const Dims& od, const std::vector<std:
               dst[j] = t < 0 ? fill : x[base + t];
             }
           }
-          for (int k = r - 2; k >= 0; --k) {
-            if (++idx[k] < od[k]) break;
-            idx[k] = 0;
-          }
+          at.next();
         }
       },
       std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));

@@ -72,19 +72,10 @@ void ensure_blas_threads() {
   std::call_once(g_blas_once, [] { openblas_set_num_threads(num_threads()); });
 }
 
-[[noreturn]] void fail(const std::string& what) { throw InvalidArgument("[cpu] " + what); }
-
-std::string tn(DataType t) { return std::string(type_name(t)); }
-std::string desc(const TensorRef& t) { return tn(t.type) + t.dims.str(); }
-std::string num(std::int64_t v) { return std::to_string(v); }
-bool is_float_type(DataType t) { return t == DataType::kFLOAT || t == DataType::kHALF || t == DataType::kBF16; }
+void fail(const std::string& what) { kFail(what); }
 
 std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
-  std::int64_t n = t.dims.volume();
-  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
-  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
-  return n;
+  return backends::common::checked_volume(kFail, t, kernel, name);
 }
 
 // Calls fn(begin, end) over [0, n) split into one contiguous range per thread, on several

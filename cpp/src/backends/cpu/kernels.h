@@ -26,16 +26,14 @@
 #include <cstdint>
 #include <span>
 
+#include "backends/common/checks.h"
 #include "tensoracle/network.h"
 #include "tensoracle/types.h"
 
 namespace tensoracle::cpu {
 
-struct TensorRef {
-  void* data = nullptr;
-  DataType type = DataType::kFLOAT;
-  Dims dims;
-};
+// A buffer with its type and dims (backends/common/checks.h).
+using TensorRef = backends::common::TensorRef;
 
 // ops/activation.cpp
 // out may alias x.

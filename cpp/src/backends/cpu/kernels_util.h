@@ -27,17 +27,19 @@ namespace tensoracle::cpu::detail {
 // Applies the process-wide thread count to OpenBLAS before the first GEMM.
 void ensure_blas_threads();
 
-// Throws InvalidArgument("[cpu] " + what).
+// The CPU backend's refusals: InvalidArgument("[cpu] " + what) (the checks of
+// backends/common/ take kFail).
+inline constexpr backends::common::Fail kFail{"[cpu] "};
 [[noreturn]] void fail(const std::string& what);
 
 // A type's name, a tensor's type and dims ("float16[2,3]"), a number: for messages.
-std::string tn(DataType t);
-std::string desc(const TensorRef& t);
-std::string num(std::int64_t v);
-bool is_float_type(DataType t);
+using backends::common::desc;
+using backends::common::is_float_type;
+using backends::common::num;
+using backends::common::tn;
 
 // The tensor's element count; throws (naming `kernel` and `name`) for unknown dims, an invalid
-// type, or missing data.
+// type, or missing data (backends::common::checked_volume).
 std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name);
 
 // Whether the CPU (and the OS) run AVX-512 F, DQ, BW and VL and the environment variable

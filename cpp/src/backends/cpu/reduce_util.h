@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "backends/common/reduce_layout.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
 
@@ -66,7 +67,7 @@ constexpr i64 kRowChunk = 8192;
 constexpr i64 kColChunk = 1024;
 constexpr i64 kRedChunk = 256;
 // The view of a normalization has one more dim than its input (the split channels).
-constexpr int kMaxGroups = Dims::kMaxRank + 1;
+using backends::common::kMaxGroups;
 
 // parallel_min for parallel_ranges over items of `work` elements each: several threads only
 // for kParallelWork elements or more, at least kParallelWork / 8 per thread.
@@ -99,22 +100,12 @@ struct Odometer {
 
 // ---- the reduce/normalize view ------------------------------------------------------------
 
-// dims (contiguous) split into kept and reduced groups. The last group is `inner` elements
-// long and contiguous; the other kept groups (k*) and reduced groups (r*) carry their strides.
-// Outputs (one per kept position) are numbered row-major over the kept groups.
-struct Layout {
-  bool inner_reduced = true;
-  i64 inner = 1;
-  int nk = 0, nr = 0;
-  i64 ks[kMaxGroups] = {}, kst[kMaxGroups] = {};
-  i64 rs[kMaxGroups] = {}, rst[kMaxGroups] = {};
-  i64 kcount = 1;   // product of ks (blocks of `inner` outputs when inner is kept)
-  i64 rcount = 1;   // product of rs (rows of `inner` when inner is reduced)
-  i64 reduced = 1;  // reduced elements per output
-};
-
-// `reduced[i]` says whether dim i is reduced; every dim must be >= 1.
-Layout make_layout(int rank, const i64* dims, const bool* reduced);
+// The view (backends/common/reduce_layout.h): dims split into kept and reduced groups, the last
+// one `inner` elements long and contiguous.
+using Layout = backends::common::ReduceLayout;
+inline Layout make_layout(int rank, const i64* dims, const bool* reduced) {
+  return backends::common::reduce_layout(rank, dims, reduced);
+}
 
 // ---- reducers: accumulator type, contiguous row, combine, accumulate a column, finish ------
 

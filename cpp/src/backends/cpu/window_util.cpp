@@ -46,42 +46,6 @@ bool gemms_on_team() {
   return team;
 }
 
-Geo make_geo(const Dims& x, const Dims& out, const Dims& window, const Dims& stride, const Dims& pre, const Dims& post,
-             const Dims& dilation, PaddingMode mode, bool transposed, i64 groups) {
-  Geo g;
-  const int n = window.rank();
-  const Dims eff = graph::window_pre_padding(x, window, stride, pre, post, dilation, mode, transposed);
-  g.N = x[0];
-  g.C = x[1];
-  g.K = out[1];
-  g.groups = groups;
-  g.Cg = g.C / groups;
-  g.Kg = g.K / groups;
-  g.same = mode == PaddingMode::kSAME_UPPER || mode == PaddingMode::kSAME_LOWER;
-  const int off = kS - n;
-  for (int i = 0; i < kS; ++i) {
-    if (i < off) {
-      g.in[i] = g.out[i] = g.k[i] = g.s[i] = g.d[i] = 1;
-      g.pre[i] = g.post[i] = 0;
-      continue;
-    }
-    const int j = i - off;
-    g.in[i] = x[2 + j];
-    g.out[i] = out[2 + j];
-    g.k[i] = window[j];
-    g.s[i] = dim_or(stride, j, 1);
-    g.d[i] = dim_or(dilation, j, 1);
-    g.pre[i] = eff[j];
-    g.post[i] = dim_or(post, j, 0);
-  }
-  for (int i = 0; i < kS; ++i) {
-    g.in_sp *= g.in[i];
-    g.out_sp *= g.out[i];
-    g.kvol *= g.k[i];
-  }
-  return g;
-}
-
 void run_tasks(i64 tasks, i64 slots, const std::function<void(i64, i64)>& task) {
   const i64 nt = std::min<i64>(num_threads(), std::min(slots, tasks));
   detail::ensure_blas_threads();
@@ -95,11 +59,6 @@ void run_tasks(i64 tasks, i64 slots, const std::function<void(i64, i64)>& task) 
 #else
   for (i64 t = 0; t < tasks; ++t) task(t, 0);
 #endif
-}
-
-void check_float(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_float_type(t.type))
-    fail(std::string(kernel) + ": " + name + " has type " + tn(t.type) + "; it takes float32, float16 or bfloat16");
 }
 
 }  // namespace tensoracle::cpu::window

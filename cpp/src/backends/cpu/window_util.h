@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/window_geometry.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
 #include "core/numeric.h"
@@ -33,7 +34,7 @@ using detail::fail;
 using detail::is_float_type;
 using detail::tn;
 
-constexpr int kS = 3;  // normalized spatial rank
+constexpr int kS = backends::common::kWindowSpatial;  // normalized spatial rank
 
 // Column buffers are tiled to at most this many floats (1 MiB): a tile written by im2col is
 // still in cache when the GEMM reads it. But a tile has at least kMinTile columns (when the
@@ -108,37 +109,23 @@ bool gemms_on_team();
 
 // ---- geometry ---------------------------------------------------------------------------------
 
-// A window layer's sizes, normalized to 3 spatial dims (d, h, w).
-struct Geo {
-  i64 N = 0, C = 0, K = 0;  // batch, input channels, output channels
-  i64 groups = 1, Cg = 0, Kg = 0;
-  std::array<i64, kS> in{}, out{}, k{}, s{}, d{}, pre{}, post{};
-  i64 in_sp = 1, out_sp = 1, kvol = 1;
-  bool same = false;  // SAME_UPPER / SAME_LOWER
-};
-
-inline i64 dim_or(const Dims& d, int i, i64 def) { return d.rank() == 0 ? def : d[i]; }
+// A window layer's sizes, normalized to 3 spatial dims (backends/common/window_geometry.h).
+using Geo = backends::common::WindowGeo;
+using backends::common::dim_or;
 
 // Calls graph inference (the shape rules of graph/ops/) and checks `out` against its result;
 // prefixes its messages with the kernel's name.
 template <class P>
-void check_inference(const P& p, const char* kernel, std::vector<graph::TensorDesc> in, const TensorRef& out) {
-  std::vector<graph::TensorDesc> res;
-  try {
-    std::vector<graph::InputFacts> facts(in.size(), graph::InputFacts{true, std::nullopt});
-    res = graph::infer(LayerParams{p}, in, facts);
-  } catch (const InvalidArgument& e) {
-    fail(std::string(kernel) + ": " + e.what());
-  }
-  if (res.size() != 1 || res[0].type != out.type || !(res[0].dims == out.dims))
-    fail(std::string(kernel) + ": the output is " + tn(out.type) + out.dims.str() + "; expected " +
-         (res.empty() ? std::string("?") : tn(res[0].type) + res[0].dims.str()));
+void check_inference(const P& p, const char* kernel, const std::vector<graph::TensorDesc>& in, const TensorRef& out) {
+  backends::common::check_inference(detail::kFail, p, kernel, in, out);
 }
 
 // Geometry of a (de)convolution or pooling on input dims `x` and output dims `out` (already
 // checked against the shape rules).
-Geo make_geo(const Dims& x, const Dims& out, const Dims& window, const Dims& stride, const Dims& pre, const Dims& post,
-             const Dims& dilation, PaddingMode mode, bool transposed, i64 groups);
+inline Geo make_geo(const Dims& x, const Dims& out, const Dims& window, const Dims& stride, const Dims& pre,
+                    const Dims& post, const Dims& dilation, PaddingMode mode, bool transposed, i64 groups) {
+  return backends::common::window_geo(x, out, window, stride, pre, post, dilation, mode, transposed, groups);
+}
 
 // Runs task(t, slot) for t in [0, tasks): on an OpenMP team (slot = thread), each task's GEMM
 // on its own thread, or (one task, one thread, or OpenBLAS's pthread build) on the calling
@@ -146,6 +133,8 @@ Geo make_geo(const Dims& x, const Dims& out, const Dims& window, const Dims& str
 // side scale better than OpenBLAS's split of one GEMM of these shapes (a few hundred columns).
 void run_tasks(i64 tasks, i64 slots, const std::function<void(i64, i64)>& task);
 
-void check_float(const TensorRef& t, const char* kernel, const char* name);
+inline void check_float(const TensorRef& t, const char* kernel, const char* name) {
+  backends::common::check_float(detail::kFail, t, kernel, name);
+}
 
 }  // namespace tensoracle::cpu::window

@@ -27,22 +27,21 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), std::st
 
 [[noreturn]] inline void unsupported(const std::string& what) { throw UnsupportedError("[cuda] " + what); }
 
-// ---- host-side checks, with the CPU kernels' messages (cpu/kernels_util.h) and "[cuda]" ----
+// ---- host-side checks (backends/common/checks.h), with "[cuda]" ----
 
-// Throws InvalidArgument("[cuda] " + what).
-[[noreturn]] inline void fail(const std::string& what) { throw InvalidArgument("[cuda] " + what); }
-inline std::string tn(DataType t) { return std::string(type_name(t)); }
-inline std::string desc(const TensorRef& t) { return tn(t.type) + t.dims.str(); }
-inline std::string num(std::int64_t v) { return std::to_string(v); }
+// The CUDA backend's refusals: InvalidArgument("[cuda] " + what).
+inline constexpr backends::common::Fail kFail{"[cuda] "};
+[[noreturn]] inline void fail(const std::string& what) { kFail(what); }
+// A type's name, a tensor's type and dims, a number: for messages (backends/common/checks.h).
+using backends::common::desc;
+using backends::common::is_float_type;
+using backends::common::num;
+using backends::common::tn;
 
 // The tensor's element count; throws (naming `kernel` and `name`) for an invalid type, unknown
 // dims or missing data.
 inline std::int64_t checked_volume(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_valid(t.type)) fail(std::string(kernel) + ": " + name + " has an invalid data type");
-  const std::int64_t n = t.dims.volume();
-  if (n < 0) fail(std::string(kernel) + ": " + name + " has dims " + t.dims.str() + " that are not fully known");
-  if (n > 0 && t.data == nullptr) fail(std::string(kernel) + ": " + name + " has no data");
-  return n;
+  return backends::common::checked_volume(kFail, t, kernel, name);
 }
 
 // Programmatic dependent launch: a kernel launched after this one with the attribute (the fused

@@ -23,17 +23,14 @@
 #include <cstdint>
 #include <span>
 
+#include "backends/common/checks.h"
 #include "tensoracle/network.h"
 #include "tensoracle/types.h"
 
 namespace tensoracle::cuda {
 
-// A device buffer with its type and (fully known) dims, packed row-major.
-struct TensorRef {
-  void* data = nullptr;
-  DataType type = DataType::kFLOAT;
-  Dims dims;
-};
+// A buffer with its type and dims (backends/common/checks.h).
+using TensorRef = backends::common::TensorRef;
 
 // ops/activation.cu
 void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);  // out may alias x

@@ -8,22 +8,6 @@
 
 namespace tensoracle::cuda::layout {
 
-bool is_float_type(DataType t) { return t == DataType::kFLOAT || t == DataType::kHALF || t == DataType::kBF16; }
-
-i64 prod(const Dims& d, int from, int to) {
-  i64 p = 1;
-  for (int k = from; k < to; ++k) p *= d[k];
-  return p;
-}
-
-void strides_of(const Dims& d, i64* s) {
-  i64 acc = 1;
-  for (int k = d.rank() - 1; k >= 0; --k) {
-    s[k] = acc;
-    acc *= d[k];
-  }
-}
-
 void memcpy_async(void* dst, const void* src, i64 bytes, cudaStream_t stream, const char* kernel) {
   dev::check(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice, stream),
              std::string(kernel) + ": cudaMemcpyAsync");

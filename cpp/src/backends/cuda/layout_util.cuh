@@ -59,12 +59,11 @@ constexpr int kMaxRank = Dims::kMaxRank;
 // Indices, offsets and counts below this use 32-bit index arithmetic.
 constexpr i64 kSmall = i64{1} << 31;
 
-bool is_float_type(DataType t);
+using dev::is_float_type;
 
-i64 prod(const Dims& d, int from, int to);
-
-// Row-major strides, in elements.
-void strides_of(const Dims& d, i64* s);
+// Row-major strides, in elements; the product of d[from, to) (backends/common/checks.h).
+using backends::common::prod;
+using backends::common::strides_of;
 
 void memcpy_async(void* dst, const void* src, i64 bytes, cudaStream_t stream, const char* kernel);
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backends/common/broadcast.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -80,43 +81,15 @@ __device__ inline void divmod(i64 a, i64 b, i64& q, i64& r) {
 
 // ---- broadcast plans ---------------------------------------------------------------------
 
-// K operands' element strides (0 on broadcast dims) over the output's dims, after dropping
-// size-1 dims and merging adjacent dims across which every operand stays contiguous (the CPU's
-// BroadcastPlan). Equal shapes collapse to one dim with strides 1, a scalar operand to stride
-// 0, a bias row to dims (rows, n) with strides (n, 1) and (0, 1). Always rank >= 1.
+// K operands' element strides (0 on broadcast dims) over the output's dims, merged where every
+// operand stays contiguous (backends/common/broadcast.h, the CPU's too). Always rank >= 1.
 template <int K>
-struct Plan {
-  int rank = 0;
-  i64 d[Dims::kMaxRank] = {};
-  i64 s[K][Dims::kMaxRank] = {};
-};
+using Plan = backends::common::BroadcastPlan<K>;
 
 // `ins` must have out's rank and broadcast to it (checked by the caller).
 template <int K>
 Plan<K> make_plan(const Dims* const (&ins)[K], const Dims& out) {
-  dev::Strides st[K];
-  for (int k = 0; k < K; ++k) st[k] = dev::broadcast_strides(*ins[k], out);
-  Plan<K> p;
-  for (int i = 0; i < out.rank(); ++i) {
-    const i64 n = out[i];
-    if (n == 1) continue;
-    const int last = p.rank - 1;
-    bool merge = last >= 0;
-    for (int k = 0; k < K && merge; ++k) merge = p.s[k][last] == st[k].s[i] * n;
-    if (merge) {  // the previous dim and this one walk every operand as one
-      p.d[last] *= n;
-      for (int k = 0; k < K; ++k) p.s[k][last] = st[k].s[i];
-    } else {
-      p.d[p.rank] = n;
-      for (int k = 0; k < K; ++k) p.s[k][p.rank] = st[k].s[i];
-      ++p.rank;
-    }
-  }
-  if (p.rank == 0) {  // every dim is 1: one element
-    p.rank = 1;
-    p.d[0] = 1;
-  }
-  return p;
+  return backends::common::broadcast_plan(ins, out);
 }
 
 // The K operands' offsets of the `linear`-th output element (rank >= 2 plans; the outermost

@@ -3,55 +3,28 @@
 
 namespace tensoracle::cuda::reduction {
 
-Plan make_plan(int rank, const i64* dims, const bool* reduced) {
-  int m = 0;
-  i64 size[kMaxGroups];
-  bool red[kMaxGroups];
-  for (int i = 0; i < rank; ++i) {
-    if (dims[i] == 1) continue;
-    if (m > 0 && red[m - 1] == reduced[i]) {
-      size[m - 1] *= dims[i];
-    } else {
-      size[m] = dims[i];
-      red[m] = reduced[i];
-      ++m;
-    }
-  }
-  bool any_reduced = false;
-  for (int g = 0; g < m; ++g) any_reduced |= red[g];
-  if (!any_reduced) {  // only size-1 dims are reduced: rows of one element
-    size[m] = 1;
-    red[m] = true;
-    ++m;
-  }
-  i64 st[kMaxGroups];
-  i64 stride = 1;
-  for (int g = m - 1; g >= 0; --g) {
-    st[g] = stride;
-    stride *= size[g];
-  }
+Plan plan_of(const backends::common::ReduceLayout& L) {
   Plan p;
-  const bool inner_reduced = red[m - 1];
-  const i64 inner = size[m - 1];
-  p.kin = inner_reduced ? 1 : inner;
-  p.rin = inner_reduced ? inner : 1;
-  i64 kcount = 1;
-  for (int g = 0; g < m - 1; ++g) {
-    if (red[g]) {
-      p.rs[p.nr] = size[g];
-      p.rst[p.nr] = st[g];
-      p.rcount *= size[g];
-      ++p.nr;
-    } else {
-      p.ks[p.nk] = size[g];
-      p.kst[p.nk] = st[g];
-      kcount *= size[g];
-      ++p.nk;
-    }
+  p.nk = L.nk;
+  p.nr = L.nr;
+  for (int g = 0; g < L.nk; ++g) {
+    p.ks[g] = L.ks[g];
+    p.kst[g] = L.kst[g];
   }
-  p.count = p.rcount * p.rin;
-  p.nout = kcount * p.kin;
+  for (int g = 0; g < L.nr; ++g) {
+    p.rs[g] = L.rs[g];
+    p.rst[g] = L.rst[g];
+  }
+  p.kin = L.inner_reduced ? 1 : L.inner;
+  p.rin = L.inner_reduced ? L.inner : 1;
+  p.rcount = L.rcount;
+  p.count = L.reduced;
+  p.nout = L.kcount * p.kin;
   return p;
+}
+
+Plan make_plan(int rank, const i64* dims, const bool* reduced) {
+  return plan_of(backends::common::reduce_layout(rank, dims, reduced));
 }
 
 }  // namespace tensoracle::cuda::reduction

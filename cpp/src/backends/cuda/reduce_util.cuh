@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/common/reduce_layout.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -52,10 +53,10 @@ inline unsigned grid_for(i64 units, i64 per_block = 1) {
   return static_cast<unsigned>(need < 1 ? 1 : need > kMaxBlocks ? kMaxBlocks : need);
 }
 
-// ---- the reduce/normalize view (a port of the CPU's make_layout) ---------------------------
+// ---- the reduce/normalize view (backends/common/reduce_layout.h) ---------------------------
 
 // The view of a normalization has one more dim than its input (the split channels).
-constexpr int kMaxGroups = Dims::kMaxRank + 1;
+using backends::common::kMaxGroups;
 
 // What the kernels need of the view. Output o (numbered row-major over the kept groups, i.e.
 // the packed order of the reduced tensor) is o = kb * kin + c: kb over the kept groups
@@ -73,8 +74,10 @@ struct Plan {
   i64 nout = 1;    // outputs: product of ks * kin
 };
 
-// `reduced[i]` says whether dim i is reduced; every dim must be >= 1. Same grouping as the
-// CPU's make_layout (reduce_util.cpp).
+// The view as the kernels need it (backends/common/reduce_layout.h: the CPU's too).
+Plan plan_of(const backends::common::ReduceLayout& L);
+
+// `reduced[i]` says whether dim i is reduced; every dim must be >= 1.
 Plan make_plan(int rank, const i64* dims, const bool* reduced);
 
 // ---- device helpers ----------------------------------------------------------------------

@@ -7,13 +7,6 @@
 
 namespace tensoracle::cuda::window {
 
-bool is_float_type(DataType t) { return t == DataType::kFLOAT || t == DataType::kHALF || t == DataType::kBF16; }
-
-void check_float(const TensorRef& t, const char* kernel, const char* name) {
-  if (!is_float_type(t.type))
-    fail(std::string(kernel) + ": " + name + " has type " + tn(t.type) + "; it takes float32, float16 or bfloat16");
-}
-
 bool all_small(std::initializer_list<i64> v) {
   for (i64 x : v)
     if (x >= kSmall) return false;
@@ -38,8 +31,6 @@ cudaDataType_t lt_type(DataType t) {
     default: return CUDA_R_32F;
   }
 }
-
-i64 dim_or(const Dims& d, int i, i64 def) { return d.rank() == 0 ? def : d[i]; }
 
 bool geo_small(const Geo& g) {
   for (int i = 0; i < kS; ++i)

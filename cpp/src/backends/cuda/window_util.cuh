@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/common/window_geometry.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm.h"
 #include "graph/ops.h"
@@ -44,15 +45,17 @@ using dev::tn;
 using dev::kThreads;
 using u32 = std::uint32_t;
 
-constexpr int kS = 3;  // normalized spatial rank
+constexpr int kS = backends::common::kWindowSpatial;  // normalized spatial rank
 constexpr i64 kSmall = i64{1} << 31;       // indices below this may use 32-bit arithmetic
 constexpr i64 kSmallGeo = i64{1} << 28;    // geometry values below this keep int coordinates exact
 constexpr i64 kMaxBatch = 65535;           // images per batched GEMM
 constexpr std::size_t kAlign = 256;
 
-bool is_float_type(DataType t);
+using dev::is_float_type;
 
-void check_float(const TensorRef& t, const char* kernel, const char* name);
+inline void check_float(const TensorRef& t, const char* kernel, const char* name) {
+  backends::common::check_float(dev::kFail, t, kernel, name);
+}
 
 bool all_small(std::initializer_list<i64> v);
 
@@ -87,91 +90,22 @@ std::uint32_t alignment_of(std::uint64_t x);
 
 cudaDataType_t lt_type(DataType t);
 
-// ---- geometry (the CPU's Geo) ------------------------------------------------------------------
+// ---- geometry ----------------------------------------------------------------------------------
 
-// A (de)convolution's sizes, normalized to 3 spatial dims (d, h, w). Passed to kernels by value.
-struct Geo {
-  i64 N = 0, C = 0, K = 0;  // batch, input channels, output channels
-  i64 G = 1, Cg = 0, Kg = 0;
-  i64 in[kS] = {}, out[kS] = {}, k[kS] = {}, s[kS] = {}, d[kS] = {}, pre[kS] = {};
-  i64 in_sp = 1, out_sp = 1, kvol = 1;
-};
-
-i64 dim_or(const Dims& d, int i, i64 def);
+// A (de)convolution's sizes, normalized to 3 spatial dims (backends/common/window_geometry.h).
+// Passed to kernels by value.
+using Geo = backends::common::WindowGeo;
 
 // Every geometry value small enough for int coordinates (products of two stay below 2^31 only
 // where the kernels form them: index * stride + tap * dilation).
 bool geo_small(const Geo& g);
 
-// Calls graph inference (the layer's shape rules) and checks `out` against its result, as the
-// CPU's check_inference; messages are prefixed with the kernel's name.
-template <class P>
-void check_inference(const P& p, const char* kernel, const std::vector<graph::TensorDesc>& in, const TensorRef& out) {
-  std::vector<graph::TensorDesc> res;
-  try {
-    const std::vector<graph::InputFacts> facts(in.size(), graph::InputFacts{true, std::nullopt});
-    res = graph::infer(LayerParams{p}, in, facts);
-  } catch (const InvalidArgument& e) {
-    fail(std::string(kernel) + ": " + e.what());
-  }
-  if (res.size() != 1 || res[0].type != out.type || !(res[0].dims == out.dims))
-    fail(std::string(kernel) + ": the output is " + tn(out.type) + out.dims.str() + "; expected " +
-         (res.empty() ? std::string("?") : tn(res[0].type) + res[0].dims.str()));
-}
-
-template <class P>
-Geo make_geo(const P& p, const Dims& x, const Dims& out, bool transposed) {
-  Geo g;
-  const int n = p.kernel_size.rank();
-  const Dims eff = graph::window_pre_padding(x, p.kernel_size, p.stride, p.pre_padding, p.post_padding, p.dilation,
-                                             p.padding_mode, transposed);
-  g.N = x[0];
-  g.C = x[1];
-  g.K = out[1];
-  g.G = p.num_groups;
-  g.Cg = g.C / g.G;
-  g.Kg = g.K / g.G;
-  const int off = kS - n;
-  for (int i = 0; i < kS; ++i) {
-    if (i < off) {
-      g.in[i] = g.out[i] = g.k[i] = g.s[i] = g.d[i] = 1;
-      g.pre[i] = 0;
-    } else {
-      const int j = i - off;
-      g.in[i] = x[2 + j];
-      g.out[i] = out[2 + j];
-      g.k[i] = p.kernel_size[j];
-      g.s[i] = dim_or(p.stride, j, 1);
-      g.d[i] = dim_or(p.dilation, j, 1);
-      g.pre[i] = eff[j];
-    }
-    g.in_sp *= g.in[i];
-    g.out_sp *= g.out[i];
-    g.kvol *= g.k[i];
-  }
-  return g;
-}
-
-// The CPU's conv_geo / deconv_geo: rank and shape-rule checks, then the geometry. `kernel` null:
-// sizing only, a kernel of the volume the parameters ask for.
+// A convolution's or deconvolution's (transposed) rank and shape-rule checks, then the geometry
+// (backends/common/window_geometry.h). `kernel` null: sizing only.
 template <class P>
 Geo window_geo(const P& p, const TensorRef& x, const TensorRef& out, const graph::TensorDesc* kernel,
                const graph::TensorDesc* bias, const char* name, bool transposed) {
-  if (x.dims.rank() < 3 || x.dims.rank() != p.kernel_size.rank() + 2)
-    fail(std::string(name) + ": input dims " + x.dims.str() + " do not match kernel_size " + p.kernel_size.str());
-  if (!x.dims.all_known()) fail(std::string(name) + ": input dims " + x.dims.str() + " are not fully known");
-  graph::TensorDesc kd;
-  if (kernel == nullptr) {
-    i64 vol = transposed ? x.dims[1] * (p.num_groups > 0 ? p.num_output_maps / p.num_groups : 0)
-                         : p.num_output_maps * (p.num_groups > 0 ? x.dims[1] / p.num_groups : 0);
-    for (auto k : p.kernel_size) vol *= k;
-    kd = {x.type, Dims{vol}};
-    kernel = &kd;
-  }
-  std::vector<graph::TensorDesc> in{{x.type, x.dims}, *kernel};
-  if (bias) in.push_back(*bias);
-  check_inference(p, name, in, out);
-  return make_geo(p, x.dims, out.dims, transposed);
+  return backends::common::conv_geo(dev::kFail, p, x, out, kernel, bias, name, transposed);
 }
 
 // ---- kernels -------------------------------------------------------------------------------

@@ -12,14 +12,7 @@ namespace tensoracle::cpu {
 namespace {
 
 using i64 = std::int64_t;
-using detail::fail;
-using detail::BF16;
-using detail::Bool;
-using detail::F16;
-using detail::F32;
-using detail::Int;
-using detail::tn;
-using detail::with_float;
+using namespace detail;  // kernels_util.h: fail, tn, the storage tags, with_float
 
 // ---- activation -------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
 
@@ -17,14 +18,7 @@ namespace tensoracle::cpu {
 namespace {
 
 using i64 = std::int64_t;
-using detail::fail;
-using detail::BF16;
-using detail::Bool;
-using detail::F16;
-using detail::F32;
-using detail::Int;
-using detail::tn;
-using detail::with_float;
+using namespace detail;  // kernels_util.h: fail, tn, the storage tags, with_float
 
 // ---- cast -------------------------------------------------------------------------------
 
@@ -92,36 +86,6 @@ struct DstNarrow {
   static T from(i64 v) noexcept { return FT::store(int_to_float_round_odd(v)); }
 };
 
-template <class F>
-void with_cast_source(DataType t, F&& f) {
-  switch (t) {
-    case DataType::kFLOAT: f(F32{}); return;
-    case DataType::kHALF: f(F16{}); return;
-    case DataType::kBF16: f(BF16{}); return;
-    case DataType::kINT8: f(SrcInt<std::int8_t>{}); return;
-    case DataType::kINT32: f(SrcInt<std::int32_t>{}); return;
-    case DataType::kINT64: f(SrcInt<std::int64_t>{}); return;
-    case DataType::kUINT8: f(SrcInt<std::uint8_t>{}); return;
-    case DataType::kBOOL: f(SrcBool{}); return;
-    default: fail("cast: cannot cast from " + tn(t) + " (fp8 leaves through dequantize)");
-  }
-}
-
-template <class F>
-void with_cast_dest(DataType t, F&& f) {
-  switch (t) {
-    case DataType::kFLOAT: f(DstF32{}); return;
-    case DataType::kHALF: f(DstNarrow<F16>{}); return;
-    case DataType::kBF16: f(DstNarrow<BF16>{}); return;
-    case DataType::kINT8: f(DstInt<std::int8_t>{}); return;
-    case DataType::kINT32: f(DstInt<std::int32_t>{}); return;
-    case DataType::kINT64: f(DstInt<std::int64_t>{}); return;
-    case DataType::kUINT8: f(DstInt<std::uint8_t>{}); return;
-    case DataType::kBOOL: f(DstBool{}); return;
-    default: fail("cast: cannot cast to " + tn(t) + " (fp8 comes from quantize)");
-  }
-}
-
 template <class S, class D>
 void cast_typed(const void* xv, void* ov, i64 n) {
   using ST = typename S::T;
@@ -157,13 +121,10 @@ void cast_typed(const void* xv, void* ov, i64 n) {
 }  // namespace
 
 void cast(const TensorRef& x, const TensorRef& out) {
-  const i64 n = detail::checked_volume(x, "cast", "the input");
-  if (detail::checked_volume(out, "cast", "the output") != n)
-    fail("cast: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
-  if (n > 0 && x.data == out.data && element_size(x.type) != element_size(out.type))
-    fail("cast: in place needs types of one size, not " + tn(x.type) + " and " + tn(out.type));
-  with_cast_source(x.type, [&](auto s) {
-    with_cast_dest(out.type, [&](auto d) {
+  const i64 n = backends::common::check_cast(detail::kFail, x, out);
+  using backends::common::with_cast_type;  // the type tables, over this backend's tags
+  with_cast_type<F32, F16, BF16, SrcInt, SrcBool>(detail::kFail, x.type, false, [&](auto s) {
+    with_cast_type<DstF32, DstNarrow<F16>, DstNarrow<BF16>, DstInt, DstBool>(detail::kFail, out.type, true, [&](auto d) {
       if (n == 0) return;
       if (x.type == out.type) {
         if (x.data != out.data)

@@ -29,25 +29,6 @@ using namespace window;  // window_util.h
 // twice this many positions): deep layers' small outputs would make narrow GEMMs.
 constexpr i64 kMergeBelow = 1024;
 
-Geo conv_geo(const ConvolutionParams& p, const TensorRef& x, const TensorRef& out, const graph::TensorDesc* kernel,
-             const graph::TensorDesc* bias, const char* name) {
-  if (x.dims.rank() < 3 || x.dims.rank() != p.kernel_size.rank() + 2)
-    fail(std::string(name) + ": input dims " + x.dims.str() + " do not match kernel_size " + p.kernel_size.str());
-  if (!x.dims.all_known()) fail(std::string(name) + ": input dims " + x.dims.str() + " are not fully known");
-  graph::TensorDesc kd;
-  if (kernel == nullptr) {  // sizing only: a kernel of the size the parameters ask for
-    i64 vol = p.num_output_maps * (p.num_groups > 0 ? x.dims[1] / p.num_groups : 0);
-    for (auto k : p.kernel_size) vol *= k;
-    kd = {x.type, Dims{vol}};
-    kernel = &kd;
-  }
-  std::vector<graph::TensorDesc> in{{x.type, x.dims}, *kernel};
-  if (bias) in.push_back(*bias);
-  check_inference(p, name, in, out);
-  return make_geo(x.dims, out.dims, p.kernel_size, p.stride, p.pre_padding, p.post_padding, p.dilation, p.padding_mode,
-                  false, p.num_groups);
-}
-
 // ---- convolution --------------------------------------------------------------------------------
 
 enum class ConvPath { kDirectGemm, kIm2col, kDepthwise };
@@ -379,21 +360,14 @@ void conv_depthwise(const Geo& g, const TensorRef& x, const TensorRef& kernel, c
 std::size_t convolution_workspace_bytes(const ConvolutionParams& p, const TensorRef& x, const TensorRef& out) {
   // Sizing only: the buffers need not exist yet (the builder asks before allocating).
   check_float(x, "convolution", "input 0");
-  const Geo g = conv_geo(p, x, out, nullptr, nullptr, "convolution");
+  const Geo g = backends::common::conv_geo(detail::kFail, p, x, out, nullptr, nullptr, "convolution", false);
   return static_cast<std::size_t>(conv_workspace(g, x.type).total()) * sizeof(float);
 }
 
 void convolution(const ConvolutionParams& p, const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
                  const TensorRef& out, void* workspace) {
-  detail::checked_volume(x, "convolution", "input 0");
-  detail::checked_volume(kernel, "convolution", "input 1 (kernel)");
-  if (bias) detail::checked_volume(*bias, "convolution", "input 2 (bias)");
-  const i64 n = detail::checked_volume(out, "convolution", "the output");
-  check_float(x, "convolution", "input 0");
-  const graph::TensorDesc kd{kernel.type, kernel.dims};
-  graph::TensorDesc bd;
-  if (bias) bd = {bias->type, bias->dims};
-  const Geo g = conv_geo(p, x, out, &kd, bias ? &bd : nullptr, "convolution");
+  i64 n = 0;
+  const Geo g = backends::common::check_conv(detail::kFail, p, x, kernel, bias, out, "convolution", false, n);
   if (n == 0) return;
   const ConvPath path = conv_path(g, x.type);
   const ConvWorkspace w = conv_workspace(g, x.type);

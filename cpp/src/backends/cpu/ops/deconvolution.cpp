@@ -20,25 +20,6 @@ namespace {
 
 using namespace window;  // window_util.h
 
-Geo deconv_geo(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& out, const graph::TensorDesc* kernel,
-               const graph::TensorDesc* bias, const char* name) {
-  if (x.dims.rank() < 3 || x.dims.rank() != p.kernel_size.rank() + 2)
-    fail(std::string(name) + ": input dims " + x.dims.str() + " do not match kernel_size " + p.kernel_size.str());
-  if (!x.dims.all_known()) fail(std::string(name) + ": input dims " + x.dims.str() + " are not fully known");
-  graph::TensorDesc kd;
-  if (kernel == nullptr) {
-    i64 vol = x.dims[1] * (p.num_groups > 0 ? p.num_output_maps / p.num_groups : 0);
-    for (auto k : p.kernel_size) vol *= k;
-    kd = {x.type, Dims{vol}};
-    kernel = &kd;
-  }
-  std::vector<graph::TensorDesc> in{{x.type, x.dims}, *kernel};
-  if (bias) in.push_back(*bias);
-  check_inference(p, name, in, out);
-  return make_geo(x.dims, out.dims, p.kernel_size, p.stride, p.pre_padding, p.post_padding, p.dilation, p.padding_mode,
-                  true, p.num_groups);
-}
-
 // ---- deconvolution ------------------------------------------------------------------------------
 
 bool deconv_pointwise(const Geo& g) {
@@ -183,21 +164,14 @@ void deconv_gemm(const Geo& g, const TensorRef& x, const TensorRef& kernel, cons
 
 std::size_t deconvolution_workspace_bytes(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& out) {
   check_float(x, "deconvolution", "input 0");
-  const Geo g = deconv_geo(p, x, out, nullptr, nullptr, "deconvolution");
+  const Geo g = backends::common::conv_geo(detail::kFail, p, x, out, nullptr, nullptr, "deconvolution", true);
   return static_cast<std::size_t>(deconv_workspace(g, x.type).total()) * sizeof(float);
 }
 
 void deconvolution(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
                    const TensorRef& out, void* workspace) {
-  detail::checked_volume(x, "deconvolution", "input 0");
-  detail::checked_volume(kernel, "deconvolution", "input 1 (kernel)");
-  if (bias) detail::checked_volume(*bias, "deconvolution", "input 2 (bias)");
-  const i64 n = detail::checked_volume(out, "deconvolution", "the output");
-  check_float(x, "deconvolution", "input 0");
-  const graph::TensorDesc kd{kernel.type, kernel.dims};
-  graph::TensorDesc bd;
-  if (bias) bd = {bias->type, bias->dims};
-  const Geo g = deconv_geo(p, x, out, &kd, bias ? &bd : nullptr, "deconvolution");
+  i64 n = 0;
+  const Geo g = backends::common::check_conv(detail::kFail, p, x, kernel, bias, out, "deconvolution", true, n);
   if (n == 0) return;
   const DeconvWorkspace w = deconv_workspace(g, x.type);
   if (w.total() > 0 && workspace == nullptr)

@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
 
@@ -14,66 +15,13 @@ namespace tensoracle::cpu {
 namespace {
 
 using i64 = std::int64_t;
-using detail::fail;
-using detail::BF16;
-using detail::Bool;
-using detail::F16;
-using detail::F32;
-using detail::Int;
-using detail::tn;
-using detail::with_float;
+using namespace detail;  // kernels_util.h: fail, tn, the storage tags, with_float
 using E = ElementWiseOperation;
 
 // ---- elementwise ------------------------------------------------------------------------
 
-// Both operands' strides (in elements; 0 on broadcast dims) over the output's dims, after
-// dropping size-1 dims and merging adjacent dims across which both operands stay contiguous.
-// Equal shapes collapse to one dim with strides (1, 1), a scalar operand to stride 0, a bias
-// row to dims (rows, n) with strides (n, 1) and (0, 1), a column to (rows, n), (1, 0).
-struct BroadcastPlan {
-  int rank = 0;
-  i64 dims[Dims::kMaxRank] = {};
-  i64 sa[Dims::kMaxRank] = {};
-  i64 sb[Dims::kMaxRank] = {};
-};
-
-BroadcastPlan plan_broadcast(const Dims& a, const Dims& b, const Dims& out) {
-  const int r = out.rank();
-  auto mismatch = [&] {
-    fail("elementwise: inputs " + a.str() + " and " + b.str() + " do not broadcast to the output " + out.str());
-  };
-  if (a.rank() != r || b.rank() != r) mismatch();
-  i64 stride_a[Dims::kMaxRank], stride_b[Dims::kMaxRank];
-  i64 ca = 1, cb = 1;
-  for (int i = r - 1; i >= 0; --i) {
-    if ((a[i] != out[i] && a[i] != 1) || (b[i] != out[i] && b[i] != 1)) mismatch();
-    stride_a[i] = a[i] == 1 ? 0 : ca;
-    stride_b[i] = b[i] == 1 ? 0 : cb;
-    ca *= a[i];
-    cb *= b[i];
-  }
-  BroadcastPlan p;
-  for (int i = 0; i < r; ++i) {
-    const i64 n = out[i];
-    if (n == 1) continue;
-    const int last = p.rank - 1;
-    if (last >= 0 && p.sa[last] == stride_a[i] * n && p.sb[last] == stride_b[i] * n) {
-      p.dims[last] *= n;  // the previous dim and this one walk both operands as one
-      p.sa[last] = stride_a[i];
-      p.sb[last] = stride_b[i];
-    } else {
-      p.dims[p.rank] = n;
-      p.sa[p.rank] = stride_a[i];
-      p.sb[p.rank] = stride_b[i];
-      ++p.rank;
-    }
-  }
-  if (p.rank == 0) {  // every dim is 1: one element
-    p.rank = 1;
-    p.dims[0] = 1;
-  }
-  return p;
-}
+// Both operands' strides over the output's dims (backends/common/broadcast.h): s[0] a's, s[1] b's.
+using BroadcastPlan = backends::common::BroadcastPlan<2>;
 
 // o[0, len) = a OP b, where each operand advances by its stride (0 or 1) per element.
 // o may alias a or b only where that operand's stride is 1 (same dims as the output).
@@ -105,15 +53,17 @@ void run_binary(const BroadcastPlan& p, const void* av, const void* bv, void* ov
   const auto* b = static_cast<const typename In::T*>(bv);
   auto* o = static_cast<typename Out::T*>(ov);
   const int m = p.rank;
-  const i64 inner = p.dims[m - 1], ia = p.sa[m - 1], ib = p.sb[m - 1];
+  const i64* const sa = p.s[0];
+  const i64* const sb = p.s[1];
+  const i64 inner = p.d[m - 1], ia = sa[m - 1], ib = sb[m - 1];
   detail::parallel_ranges(n, [&](i64 begin, i64 end) {
     i64 idx[Dims::kMaxRank];
     i64 oa = 0, ob = 0, rem = begin;
     for (int k = m - 1; k >= 0; --k) {
-      idx[k] = rem % p.dims[k];
-      rem /= p.dims[k];
-      oa += idx[k] * p.sa[k];
-      ob += idx[k] * p.sb[k];
+      idx[k] = rem % p.d[k];
+      rem /= p.d[k];
+      oa += idx[k] * sa[k];
+      ob += idx[k] * sb[k];
     }
     i64 pos = begin;
     while (true) {
@@ -127,40 +77,18 @@ void run_binary(const BroadcastPlan& p, const void* av, const void* bv, void* ov
       idx[m - 1] = 0;
       for (int k = m - 2; k >= 0; --k) {
         ++idx[k];
-        oa += p.sa[k];
-        ob += p.sb[k];
-        if (idx[k] < p.dims[k]) break;
-        oa -= idx[k] * p.sa[k];
-        ob -= idx[k] * p.sb[k];
+        oa += sa[k];
+        ob += sb[k];
+        if (idx[k] < p.d[k]) break;
+        oa -= idx[k] * sa[k];
+        ob -= idx[k] * sb[k];
         idx[k] = 0;
       }
     }
   });
 }
 
-const char* op_name(E op) {
-  switch (op) {
-    case E::kSUM: return "SUM";
-    case E::kPROD: return "PROD";
-    case E::kMAX: return "MAX";
-    case E::kMIN: return "MIN";
-    case E::kSUB: return "SUB";
-    case E::kDIV: return "DIV";
-    case E::kPOW: return "POW";
-    case E::kFLOOR_DIV: return "FLOOR_DIV";
-    case E::kAND: return "AND";
-    case E::kOR: return "OR";
-    case E::kXOR: return "XOR";
-    case E::kEQUAL: return "EQUAL";
-    case E::kGREATER: return "GREATER";
-    case E::kLESS: return "LESS";
-  }
-  return "an unknown operation";
-}
-
-[[noreturn]] void unsupported_op(E op, DataType t) {
-  fail(std::string("elementwise: ") + op_name(op) + " does not take " + tn(t));
-}
+[[noreturn]] void unsupported_op(E op, DataType t) { backends::common::elementwise_unsupported(detail::kFail, op, t); }
 
 struct BinaryArgs {
   const BroadcastPlan& plan;
@@ -246,16 +174,8 @@ void elementwise_bool(E op, const BinaryArgs& r) {
 }  // namespace
 
 void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
-  detail::checked_volume(a, "elementwise", "input 0");
-  detail::checked_volume(b, "elementwise", "input 1");
-  const i64 n = detail::checked_volume(out, "elementwise", "the output");
-  if (a.type != b.type) fail("elementwise: inputs have types " + tn(a.type) + " and " + tn(b.type) + "; they must match");
-  const bool compare = op == E::kEQUAL || op == E::kGREATER || op == E::kLESS;
-  const DataType want = compare ? DataType::kBOOL : a.type;
-  if (out.type != want)
-    fail(std::string("elementwise: ") + op_name(op) + " of " + tn(a.type) + " gives " + tn(want) +
-         ", not " + tn(out.type));
-  const BroadcastPlan plan = plan_broadcast(a.dims, b.dims, out.dims);
+  i64 n = 0;
+  const BroadcastPlan plan = backends::common::check_elementwise(detail::kFail, op, a, b, out, n);
   if (n == 0) return;
   const BinaryArgs r{plan, a, b, out, n};
   switch (a.type) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
@@ -50,48 +51,22 @@ inline i64 load_index(const void* p, DataType t, i64 i) {
 // ---- gather -----------------------------------------------------------------------------
 
 void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out) {
-  detail::checked_volume(data, "gather", "the data");
-  const i64 ni = detail::checked_volume(indices, "gather", "the indices");
-  const i64 n = detail::checked_volume(out, "gather", "the output");
-  if (indices.type != DataType::kINT32 && indices.type != DataType::kINT64)
-    fail("gather: the indices have type " + tn(indices.type) + "; indices are int32 or int64");
-  if (out.type != data.type) fail("gather: the output has type " + tn(out.type) + "; the data has " + tn(data.type));
+  const backends::common::GatherShape g = backends::common::check_gather(detail::kFail, p, data, indices, out);
+  const i64 n = g.n;
   const Dims& D = data.dims;
   const Dims& I = indices.dims;
   const int r = D.rank(), q = I.rank();
   i64 ds[Dims::kMaxRank];
   strides_of(D, ds);
-  std::vector<i64> od;
   const std::size_t es = element_size(data.type);
   const auto* src = static_cast<const unsigned char*>(data.data);
   auto* dst = static_cast<unsigned char*>(out.data);
   BadIndex bad;
-  auto check_out = [&](const char* mode) {
-    const Dims e{std::span<const i64>(od)};
-    if (!(out.dims == e))
-      fail("gather: the output has dims " + out.dims.str() + "; mode " + mode + " with data " + D.str() + " and indices " +
-           I.str() + " gives " + e.str());
-  };
-  auto resolve_axis = [&]() {
-    const int a = p.axis < 0 ? p.axis + r : p.axis;
-    if (a < 0 || a >= r) fail("gather: axis " + std::to_string(p.axis) + " is out of range for data " + D.str());
-    return a;
-  };
+  if (n == 0) return;
 
   switch (p.mode) {
     case GatherMode::kDEFAULT: {
-      const int axis = resolve_axis();
-      const int nb = p.num_elementwise_dims;
-      if (nb < 0 || nb > 1) fail("gather: num_elementwise_dims " + std::to_string(nb) + " must be 0 or 1 in mode DEFAULT");
-      if (nb == 1 && (q < 1 || axis < 1)) fail("gather: num_elementwise_dims 1 needs indices of rank >= 1 and axis >= 1");
-      if (nb == 1 && I[0] != D[0])
-        fail("gather: with num_elementwise_dims 1 the indices " + I.str() + " and the data " + D.str() +
-             " must share dimension 0");
-      for (int i = 0; i < axis; ++i) od.push_back(D[i]);
-      for (int i = nb; i < q; ++i) od.push_back(I[i]);
-      for (int i = axis + 1; i < r; ++i) od.push_back(D[i]);
-      check_out("DEFAULT");
-      if (n == 0) return;
+      const int axis = g.axis, nb = g.nb;
       const i64 outer = prod(D, 0, axis), dim = D[axis], inner_bytes = prod(D, axis + 1, r) * static_cast<i64>(es);
       const i64 nidx = prod(I, nb, q);
       const i64 outer2 = nb == 1 ? outer / D[0] : outer;  // outer indices per batch
@@ -114,14 +89,7 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
       break;
     }
     case GatherMode::kELEMENT: {
-      const int axis = resolve_axis();
-      if (q != r) fail("gather: the indices " + I.str() + " must have the data's rank in mode ELEMENT (data " + D.str() + ")");
-      for (int i = 0; i < r; ++i)
-        if (i != axis && I[i] > D[i])
-          fail("gather: the indices " + I.str() + " exceed the data " + D.str() + " in dimension " + std::to_string(i));
-      od = I.vec();
-      check_out("ELEMENT");
-      if (n == 0) return;
+      const int axis = g.axis;
       const i64 dim = D[axis];
       const i64 inner = I[r - 1];
       const i64 rows = prod(I, 0, r - 1);
@@ -132,12 +100,8 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
         detail::parallel_ranges(
             rows,
             [&](i64 begin, i64 end) {
-              i64 idx[Dims::kMaxRank] = {};
-              i64 rem = begin;
-              for (int k = r - 2; k >= 0; --k) {
-                idx[k] = rem % I[k];
-                rem /= I[k];
-              }
+              RowIndex at(I, r, begin);
+              const i64* const idx = at.idx;
               for (i64 row = begin; row < end; ++row) {
                 i64 base = 0;
                 for (int k = 0; k < r - 1; ++k)
@@ -152,10 +116,7 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
                   }
                   y[e] = x[base + (axis == r - 1 ? v : j + v * ds[axis])];
                 }
-                for (int k = r - 2; k >= 0; --k) {
-                  if (++idx[k] < I[k]) break;
-                  idx[k] = 0;
-                }
+                at.next();
               }
             },
             std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));
@@ -163,19 +124,8 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
       break;
     }
     case GatherMode::kND: {
-      const int nb = p.num_elementwise_dims;
-      if (q < 1) fail("gather: the indices must have rank >= 1 in mode ND");
-      const i64 last = I[q - 1];
-      if (nb < 0 || nb >= q || nb + last > r)
-        fail("gather: indices " + I.str() + " with num_elementwise_dims " + std::to_string(nb) + " do not fit data " + D.str());
-      for (int i = 0; i < nb; ++i)
-        if (I[i] != D[i])
-          fail("gather: batch dimension " + std::to_string(i) + " differs between data " + D.str() + " and indices " + I.str());
-      for (int i = 0; i < q - 1; ++i) od.push_back(I[i]);
-      const int after = nb + static_cast<int>(last);
-      for (int i = after; i < r; ++i) od.push_back(D[i]);
-      check_out("ND");
-      if (n == 0) return;
+      const int nb = g.nb, after = g.after;
+      const i64 last = g.last;
       const i64 rows = prod(I, 0, q - 1);
       const i64 per_batch = prod(I, nb, q - 1);
       const i64 batch_stride = prod(D, nb, r);
@@ -203,9 +153,8 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
           std::max<i64>(1, kParallelMin * 4 / std::max<i64>(1, slice_bytes)));
       break;
     }
-    default: fail("gather: unknown mode " + std::to_string(static_cast<int>(p.mode)));
+    default: return;  // refused by check_gather
   }
-  (void)ni;
   if (bad.seen)
     fail("gather: index " + num(bad.value) + " is out of range for a dimension of size " + num(bad.dim) + " (valid: [" +
          num(-bad.dim) + ", " + num(bad.dim) + "))");

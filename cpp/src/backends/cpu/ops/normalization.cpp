@@ -233,18 +233,7 @@ void norm_output(const NormPlan& p, const typename FT::T* x, typename FT::T* out
 // scale or bias as float values (any float type), with its strides over x's dims (0 where it
 // broadcasts).
 std::vector<float> load_broadcast(const TensorRef& t, const Dims& x, const char* name, i64* strides) {
-  const i64 n = detail::checked_volume(t, "normalization", name);
-  if (t.dims.rank() != x.rank())
-    fail(std::string("normalization: ") + name + " " + t.dims.str() + " must have the input's rank (input " +
-         x.str() + ")");
-  i64 st = 1;
-  for (int d = x.rank() - 1; d >= 0; --d) {
-    if (t.dims[d] != 1 && t.dims[d] != x[d])
-      fail(std::string("normalization: ") + name + " " + t.dims.str() + " does not broadcast into the input " +
-           x.str());
-    strides[d] = t.dims[d] == 1 ? 0 : st;
-    st *= t.dims[d];
-  }
+  const i64 n = backends::common::check_normalization_operand(detail::kFail, t, x, name, strides);
   std::vector<float> v(static_cast<std::size_t>(n));
   with_float(t.type, std::string("normalization: ") + name, [&](auto tag) {
     using FT = decltype(tag);
@@ -258,26 +247,10 @@ std::vector<float> load_broadcast(const TensorRef& t, const Dims& x, const char*
 
 void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
                    const TensorRef& out) {
-  const i64 n = detail::checked_volume(x, "normalization", "the input");
-  detail::checked_volume(out, "normalization", "the output");
+  const i64 n = backends::common::check_normalization(detail::kFail, p, x, out);
   const Dims& xd = x.dims;
   const int rank = xd.rank();
-  if (out.type != x.type || !(out.dims == xd))
-    fail("normalization: the output " + tn(out.type) + out.dims.str() + " differs from the input " + tn(x.type) +
-         xd.str());
-  if (rank < 32 && (p.axes >> rank) != 0)
-    fail("normalization: axes mask " + std::to_string(p.axes) + " names a dimension beyond the input's rank " +
-         std::to_string(rank));
-  if (!(p.epsilon >= 0.0f)) fail("normalization: epsilon " + std::to_string(p.epsilon) + " must be >= 0");
   const i64 groups = p.num_groups;
-  if (groups < 1) fail("normalization: num_groups " + std::to_string(groups) + " must be >= 1");
-  if (groups > 1) {
-    if (rank < 2) fail("normalization: num_groups > 1 needs a channel dimension (rank >= 2)");
-    if (xd[1] % groups != 0)
-      fail("normalization: channels " + std::to_string(xd[1]) + " are not divisible by num_groups " +
-           std::to_string(groups));
-    if (p.axes & 2u) fail("normalization: with num_groups > 1 the channel dimension (1) is grouped, not in axes");
-  }
   i64 sst[Dims::kMaxRank], bst[Dims::kMaxRank];
   const std::vector<float> sc = load_broadcast(scale, xd, "the scale", sst);
   const std::vector<float> bi = load_broadcast(bias, xd, "the bias", bst);

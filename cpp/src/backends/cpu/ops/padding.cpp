@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
@@ -15,22 +16,8 @@ using namespace indexing;  // index_util.h
 // ---- padding ----------------------------------------------------------------------------
 
 void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out) {
-  detail::checked_volume(x, "padding", "the input");
-  const i64 n = detail::checked_volume(out, "padding", "the output");
+  const i64 n = backends::common::check_padding(detail::kFail, p, x, out);
   const int r = x.dims.rank(), np = p.pre_padding.rank();
-  if (p.post_padding.rank() != np)
-    fail("padding: pre_padding " + p.pre_padding.str() + " and post_padding " + p.post_padding.str() + " differ in rank");
-  if (np > r) fail("padding: padding of rank " + std::to_string(np) + " exceeds the input's rank " + std::to_string(r));
-  Dims expected = x.dims;
-  for (int i = 0; i < np; ++i) {
-    const int d = r - np + i;
-    expected[d] = x.dims[d] + p.pre_padding[i] + p.post_padding[i];
-    if (expected[d] < 0)
-      fail("padding: " + p.pre_padding.str() + "/" + p.post_padding.str() + " crops dimension " + std::to_string(d) +
-           " of " + x.dims.str() + " below zero");
-  }
-  if (out.type != x.type || !(out.dims == expected))
-    fail("padding: the output is " + desc(out) + "; expected " + tn(x.type) + expected.str());
   if (n == 0) return;
   i64 st[Dims::kMaxRank];
   strides_of(x.dims, st);

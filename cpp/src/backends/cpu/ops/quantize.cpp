@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
 #include "core/numeric.h"
@@ -16,14 +17,7 @@ namespace tensoracle::cpu {
 namespace {
 
 using i64 = std::int64_t;
-using detail::fail;
-using detail::BF16;
-using detail::Bool;
-using detail::F16;
-using detail::F32;
-using detail::Int;
-using detail::tn;
-using detail::with_float;
+using namespace detail;  // kernels_util.h: fail, tn, the storage tags, with_float
 
 // ---- storage tags: T is the stored type, load() gives the compute value, store() rounds it --
 
@@ -47,26 +41,7 @@ struct QI8 {
 // ---- quantize / dequantize --------------------------------------------------------------
 
 // Per-tensor (one scale) or per-channel along `axis`: element i uses scale[(i / inner) % channels].
-struct Channels {
-  i64 channels = 1;
-  i64 inner = 1;
-};
-
-Channels channels_of(const Dims& d, i64 scale_count, int axis, const char* kernel) {
-  Channels c;
-  if (scale_count == 1) {
-    c.inner = std::max<i64>(1, d.volume());
-    return c;
-  }
-  if (axis < 0 || axis >= d.rank())
-    fail(std::string(kernel) + ": axis " + std::to_string(axis) + " is out of range for dims " + d.str());
-  if (d[axis] != scale_count)
-    fail(std::string(kernel) + ": the scale has " + std::to_string(scale_count) + " elements but axis " +
-         std::to_string(axis) + " of " + d.str() + " has " + std::to_string(d[axis]));
-  c.channels = scale_count;
-  for (int k = axis + 1; k < d.rank(); ++k) c.inner *= d[k];
-  return c;
-}
+using Channels = backends::common::QuantizeChannels;
 
 std::vector<float> load_scales(const TensorRef& scale, i64 count, DataType value_type, const char* kernel) {
   if (scale.type != DataType::kFLOAT && scale.type != value_type)
@@ -101,14 +76,9 @@ void run_scaled(const void* xv, void* ov, i64 n, const Channels& c, const std::v
 }  // namespace
 
 void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out) {
-  const i64 n = detail::checked_volume(x, "quantize", "the input");
-  const i64 ns = detail::checked_volume(scale, "quantize", "the scale");
-  if (detail::checked_volume(out, "quantize", "the output") != n)
-    fail("quantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
-  if (out.type != DataType::kINT8 && out.type != DataType::kFP8)
-    fail("quantize: the output type " + tn(out.type) + " is not int8 or fp8");
-  if (ns < 1) fail("quantize: the scale is empty");
-  const Channels c = channels_of(x.dims, ns, axis, "quantize");
+  const backends::common::QuantizeShape shape = backends::common::check_quantize(detail::kFail, true, x, scale, axis, out);
+  const i64 n = shape.n, ns = shape.ns;
+  const Channels c = shape.channels;
   with_float(x.type, "quantize", [&](auto tag) {
     using In = decltype(tag);
     const std::vector<float> s = load_scales(scale, ns, x.type, "quantize");
@@ -120,14 +90,9 @@ void quantize(const TensorRef& x, const TensorRef& scale, int axis, const Tensor
 }
 
 void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out) {
-  const i64 n = detail::checked_volume(x, "dequantize", "the input");
-  const i64 ns = detail::checked_volume(scale, "dequantize", "the scale");
-  if (detail::checked_volume(out, "dequantize", "the output") != n)
-    fail("dequantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
-  if (x.type != DataType::kINT8 && x.type != DataType::kFP8)
-    fail("dequantize: the input type " + tn(x.type) + " is not int8 or fp8");
-  if (ns < 1) fail("dequantize: the scale is empty");
-  const Channels c = channels_of(x.dims, ns, axis, "dequantize");
+  const backends::common::QuantizeShape shape = backends::common::check_quantize(detail::kFail, false, x, scale, axis, out);
+  const i64 n = shape.n, ns = shape.ns;
+  const Channels c = shape.channels;
   with_float(out.type, "dequantize (output)", [&](auto tag) {
     using Out = decltype(tag);
     const std::vector<float> s = load_scales(scale, ns, out.type, "dequantize");

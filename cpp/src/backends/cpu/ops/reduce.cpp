@@ -283,16 +283,7 @@ void run_reduce(const Layout& L, const void* xv, void* ov, i64 x_volume, i64 out
   else reduce_columns<Rd>(L, x, out);
 }
 
-const char* reduce_name(R op) {
-  switch (op) {
-    case R::kSUM: return "SUM";
-    case R::kPROD: return "PROD";
-    case R::kMAX: return "MAX";
-    case R::kMIN: return "MIN";
-    case R::kAVG: return "AVG";
-  }
-  return "an unknown operation";
-}
+using backends::common::reduce_name;
 
 template <class FT>
 void reduce_float(R op, const Layout& L, const TensorRef& x, const TensorRef& out, i64 nx, i64 no) {
@@ -320,28 +311,9 @@ void reduce_int(R op, const Layout& L, const TensorRef& x, const TensorRef& out,
 }  // namespace
 
 void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out) {
-  const i64 nx = detail::checked_volume(x, "reduce", "the input");
-  const i64 no = detail::checked_volume(out, "reduce", "the output");
-  const int rank = x.dims.rank();
-  if (rank < 32 && (p.axes >> rank) != 0)
-    fail("reduce: axes mask " + std::to_string(p.axes) + " names a dimension beyond the input's rank " +
-         std::to_string(rank));
-  if (out.type != x.type) fail("reduce: the output type " + tn(out.type) + " differs from the input's " + tn(x.type));
-  i64 want[Dims::kMaxRank];
-  i64 dims[Dims::kMaxRank];
-  bool red[Dims::kMaxRank];
-  int wr = 0;
-  for (int i = 0; i < rank; ++i) {
-    dims[i] = x.dims[i];
-    red[i] = (p.axes >> i) & 1u;
-    if (!red[i]) want[wr++] = x.dims[i];
-    else if (p.keep_dims) want[wr++] = 1;
-  }
-  const Dims expected(std::span<const i64>(want, static_cast<std::size_t>(wr)));
-  if (!(expected == out.dims))
-    fail("reduce: reducing " + x.dims.str() + " over axes mask " + std::to_string(p.axes) +
-         (p.keep_dims ? " keeping dims" : "") + " gives " + expected.str() + ", not " + out.dims.str());
-  const Layout L = nx == 0 ? Layout{} : make_layout(rank, dims, red);
+  const backends::common::ReduceShape s = backends::common::check_reduce(detail::kFail, p, x, out);
+  const i64 nx = s.nx, no = s.no;
+  const Layout& L = s.layout;
   switch (x.type) {
     case DataType::kFLOAT: reduce_float<F32>(p.op, L, x, out, nx, no); break;
     case DataType::kHALF: reduce_float<F16>(p.op, L, x, out, nx, no); break;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
@@ -141,12 +142,8 @@ void resize_interp(const TensorRef& x, const TensorRef& out, const std::vector<D
           no_memory = true;
           return;
         }
-        i64 idx[Dims::kMaxRank] = {};
-        i64 rem = begin;
-        for (int k = r - 2; k >= 0; --k) {
-          idx[k] = rem % od[k];
-          rem /= od[k];
-        }
+        RowIndex at(od, r, begin);
+        const i64* const idx = at.idx;
         for (i64 row = begin; row < end; ++row) {
           i64 base = 0;
           for (int k = 0; k < r - 1; ++k) {
@@ -183,10 +180,7 @@ void resize_interp(const TensorRef& x, const TensorRef& out, const std::vector<D
             }
             store_f<T>(out.data, row * inner + j, acc);
           }
-          for (int k = r - 2; k >= 0; --k) {
-            if (++idx[k] < od[k]) break;
-            idx[k] = 0;
-          }
+          at.next();
         }
       },
       std::max<i64>(1, kParallelMin / std::max<i64>(1, inner * combos * KL)));
@@ -198,31 +192,9 @@ void resize_interp(const TensorRef& x, const TensorRef& out, const std::vector<D
 // ---- resize -----------------------------------------------------------------------------
 
 void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out) {
-  detail::checked_volume(x, "resize", "the input");
-  const i64 n = detail::checked_volume(out, "resize", "the output");
+  const i64 n = backends::common::check_resize(detail::kFail, p, x, out);
   const int r = x.dims.rank();
-  if (p.output_dims && !p.scales.empty()) fail("resize: set either output dims or scales, not both");
-  Dims expected = x.dims;
-  if (p.output_dims) {
-    expected = *p.output_dims;
-  } else {
-    if (static_cast<int>(p.scales.size()) != r)
-      fail("resize: " + std::to_string(p.scales.size()) + " scales for an input of rank " + std::to_string(r));
-    for (int d = 0; d < r; ++d) {
-      const float s = p.scales[static_cast<std::size_t>(d)];
-      if (!(s > 0.f)) fail("resize: scales must be > 0");
-      expected[d] = static_cast<i64>(std::floor(static_cast<double>(x.dims[d]) * s));
-    }
-  }
-  if (out.type != x.type || !(out.dims == expected))
-    fail("resize: the output is " + desc(out) + "; expected " + tn(x.type) + expected.str());
-  if (p.mode != InterpolationMode::kNEAREST && p.mode != InterpolationMode::kLINEAR && p.mode != InterpolationMode::kCUBIC)
-    fail("resize: unknown interpolation mode " + std::to_string(static_cast<int>(p.mode)));
-  if (p.mode != InterpolationMode::kNEAREST && !is_float_type(x.type))
-    fail("resize: linear and cubic resize take float32, float16 or bfloat16, not " + tn(x.type));
   if (n == 0) return;
-  for (int d = 0; d < r; ++d)
-    if (x.dims[d] == 0) fail("resize: dimension " + std::to_string(d) + " of the input " + x.dims.str() + " is empty");
   i64 st[Dims::kMaxRank];
   strides_of(x.dims, st);
   if (p.mode == InterpolationMode::kNEAREST) {

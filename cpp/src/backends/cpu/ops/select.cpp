@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
@@ -14,26 +15,16 @@ using namespace indexing;  // index_util.h
 // ---- select -----------------------------------------------------------------------------
 
 void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out) {
-  detail::checked_volume(condition, "select", "the condition");
-  detail::checked_volume(then_input, "select", "input 1 (then)");
-  detail::checked_volume(else_input, "select", "input 2 (else)");
-  const i64 n = detail::checked_volume(out, "select", "the output");
-  if (condition.type != DataType::kBOOL) fail("select: the condition has type " + tn(condition.type) + "; it must be bool");
-  if (then_input.type != out.type || else_input.type != out.type)
-    fail("select: inputs " + desc(then_input) + " and " + desc(else_input) + " must have the output's type " + tn(out.type));
+  const i64 n = backends::common::check_select(detail::kFail, condition, then_input, else_input, out);
   const int r = out.dims.rank();
+  // Each input's strides over the output's dims, 0 where it broadcasts.
   i64 s[3][Dims::kMaxRank];
   const TensorRef* ins[3] = {&condition, &then_input, &else_input};
   for (int i = 0; i < 3; ++i) {
     const Dims& d = ins[i]->dims;
-    if (d.rank() != r) fail("select: input " + std::to_string(i) + " has dims " + d.str() + "; the output has " + out.dims.str());
     strides_of(d, s[i]);
-    for (int k = 0; k < r; ++k) {
-      if (d[k] == out.dims[k]) continue;
-      if (d[k] != 1)
-        fail("select: input " + std::to_string(i) + " dims " + d.str() + " do not broadcast to the output " + out.dims.str());
-      s[i][k] = 0;
-    }
+    for (int k = 0; k < r; ++k)
+      if (d[k] != out.dims[k]) s[i][k] = 0;
   }
   if (n == 0) return;
   const Dims& od = out.dims;
@@ -49,12 +40,8 @@ void select(const TensorRef& condition, const TensorRef& then_input, const Tenso
     detail::parallel_ranges(
         rows,
         [&](i64 begin, i64 end) {
-          i64 idx[Dims::kMaxRank] = {};
-          i64 rem = begin;
-          for (int k = r - 2; k >= 0; --k) {
-            idx[k] = rem % od[k];
-            rem /= od[k];
-          }
+          RowIndex at(od, r, begin);
+          const i64* const idx = at.idx;
           for (i64 row = begin; row < end; ++row) {
             i64 oc = 0, ot = 0, oe = 0;
             for (int k = 0; k < r - 1; ++k) {
@@ -64,10 +51,7 @@ void select(const TensorRef& condition, const TensorRef& then_input, const Tenso
             }
             T* dst = y + row * inner;
             for (i64 j = 0; j < inner; ++j) dst[j] = cond[oc + j * ci] ? a[ot + j * ti] : b[oe + j * ei];
-            for (int k = r - 2; k >= 0; --k) {
-              if (++idx[k] < od[k]) break;
-              idx[k] = 0;
-            }
+            at.next();
           }
         },
         std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/index_checks.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
 #include "tensoracle/errors.h"
@@ -163,22 +164,6 @@ void transpose(const void* in, void* out, const Dims& in_dims, const Permutation
   }
 }
 
-bool is_permutation(const Permutation& p, int rank) {
-  bool seen[Dims::kMaxRank] = {};
-  for (int i = 0; i < rank; ++i) {
-    const int v = p.order[static_cast<std::size_t>(i)];
-    if (v < 0 || v >= rank || seen[v]) return false;
-    seen[v] = true;
-  }
-  return true;
-}
-
-std::string perm_text(const Permutation& p, int rank) {
-  std::string s = "(";
-  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(p.order[static_cast<std::size_t>(i)]);
-  return s + ")";
-}
-
 bool is_identity(const Permutation& p, int rank) {
   for (int i = 0; i < rank; ++i)
     if (p.order[static_cast<std::size_t>(i)] != i) return false;
@@ -188,25 +173,10 @@ bool is_identity(const Permutation& p, int rank) {
 }  // namespace
 
 void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out) {
-  const i64 n = detail::checked_volume(x, "shuffle", "the input");
-  if (detail::checked_volume(out, "shuffle", "the output") != n || out.type != x.type)
-    fail("shuffle: the output " + std::string(type_name(out.type)) + out.dims.str() + " differs in type or volume from the input " +
-         std::string(type_name(x.type)) + x.dims.str());
+  const backends::common::ShuffleShape shape = backends::common::check_shuffle(detail::kFail, p, x, out);
+  const i64 n = shape.n;
+  const Dims& reshaped = shape.reshaped;
   const int r1 = x.dims.rank(), r2 = out.dims.rank();
-  if (!is_permutation(p.first_transpose, r1))
-    fail("shuffle: first_transpose " + perm_text(p.first_transpose, r1) + " is not a permutation");
-  if (!is_permutation(p.second_transpose, r2))
-    fail("shuffle: second_transpose " + perm_text(p.second_transpose, r2) + " is not a permutation");
-  // The reshaped tensor's dims follow from the output's: out.dims[j] = reshaped[second[j]].
-  Dims reshaped = out.dims;
-  for (int j = 0; j < r2; ++j) reshaped[p.second_transpose.order[static_cast<std::size_t>(j)]] = out.dims[j];
-  if (!p.reshape_dims) {
-    Dims first = x.dims;
-    for (int i = 0; i < r1; ++i) first[i] = x.dims[p.first_transpose.order[static_cast<std::size_t>(i)]];
-    if (!(first == reshaped))
-      fail("shuffle: the output dims " + out.dims.str() + " do not follow from the input " + x.dims.str() +
-           " and the transposes");
-  }
   if (n == 0) return;
   const std::size_t esize = element_size(x.type);
   const bool id1 = is_identity(p.first_transpose, r1), id2 = is_identity(p.second_transpose, r2);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
@@ -17,24 +18,9 @@ using namespace indexing;  // index_util.h
 // ---- slice ------------------------------------------------------------------------------
 
 void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, const TensorRef& out) {
-  detail::checked_volume(x, "slice", "the input");
-  const i64 n = detail::checked_volume(out, "slice", "the output");
+  const i64 n = backends::common::check_slice(detail::kFail, p, x, fill, out);
   const int r = x.dims.rank();
-  if (p.start.rank() != r || p.size.rank() != r || p.stride.rank() != r)
-    fail("slice: start " + p.start.str() + ", size " + p.size.str() + " and stride " + p.stride.str() +
-         " must each have the input's rank " + std::to_string(r));
-  if (out.type != x.type || !(out.dims == p.size))
-    fail("slice: the output is " + desc(out) + "; expected " + tn(x.type) + p.size.str());
-  const void* fill_value = nullptr;
-  if (fill != nullptr) {
-    if (p.mode != SampleMode::kFILL) fail("slice: a fill value is only used by mode FILL");
-    if (fill->type != x.type || detail::checked_volume(*fill, "slice", "the fill value") != 1)
-      fail("slice: the fill value is " + desc(*fill) + "; it must be one element of " + tn(x.type));
-    fill_value = fill->data;
-  }
-  if (p.mode != SampleMode::kSTRICT_BOUNDS && p.mode != SampleMode::kWRAP && p.mode != SampleMode::kCLAMP &&
-      p.mode != SampleMode::kFILL && p.mode != SampleMode::kREFLECT)
-    fail("slice: unknown mode " + std::to_string(static_cast<int>(p.mode)));
+  const void* fill_value = fill != nullptr ? fill->data : nullptr;
   if (n == 0) return;
   i64 st[Dims::kMaxRank];
   strides_of(x.dims, st);

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
@@ -46,22 +47,10 @@ struct TopKOrder {
 // ---- topk -------------------------------------------------------------------------------
 
 void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out) {
-  detail::checked_volume(x, "topk", "the input");
-  const i64 m = detail::checked_volume(out, "topk", "the output");
-  const int r = x.dims.rank();
-  if (p.axes == 0 || (p.axes & (p.axes - 1)) != 0 || r < 1 || p.axes >= (1u << r))
-    fail("topk: axes " + std::to_string(p.axes) + " must set one bit below the input's rank " + std::to_string(r));
-  const int axis = std::countr_zero(p.axes);
-  const i64 n = x.dims[axis], k = p.k;
-  Dims expect = x.dims;
-  expect[axis] = k;
-  const bool want_values = p.output != 1, want_indices = p.output != 0;
-  if (p.output != 0 && p.output != 1) fail("topk: the kernel computes one output (0 or 1)");
-  if (k < 1 || k > n) fail("topk: k " + num(k) + " is outside [1, " + num(n) + "] for input " + desc(x));
-  const DataType out_type = want_values ? x.type : DataType::kINT32;
-  if (!(out.dims == expect) || out.type != out_type)
-    fail("topk: output " + desc(out) + " should be " + tn(out_type) + expect.str() + " for input " + desc(x));
-  if (n > INT32_MAX) fail("topk: dimension " + num(n) + " does not fit int32 indices");
+  const backends::common::TopKShape shape = backends::common::check_topk(detail::kFail, p, x, out);
+  const i64 m = shape.m, n = shape.n, k = shape.k;
+  const int r = x.dims.rank(), axis = shape.axis;
+  const bool want_indices = p.output != 0;
   if (m == 0) return;
   const i64 outer = prod(x.dims, 0, axis), inner = prod(x.dims, axis + 1, r);
   const bool max = p.op == TopKOperation::kMAX;

@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_util.h"
 #include "backends/cpu/reduce_util.h"
@@ -40,13 +41,7 @@ inline float round_half_even(float v) noexcept {
   return r;
 }
 
-const char* unary_name(U op) {
-  static const char* const names[] = {"EXP",   "LOG",   "SQRT",  "RECIP", "ABS",   "NEG", "SIN",  "COS",   "TAN",
-                                      "SINH",  "COSH",  "ASIN",  "ACOS",  "ATAN",  "ASINH", "ACOSH", "ATANH",
-                                      "CEIL",  "FLOOR", "ERF",   "NOT",   "SIGN",  "ROUND", "ISINF", "ISNAN"};
-  const int i = static_cast<int>(op);
-  return i >= 0 && i < 25 ? names[i] : "an unknown operation";
-}
+using backends::common::unary_name;
 
 template <class FT>
 void unary_float(U op, const TensorRef& x, const TensorRef& out, i64 n) {
@@ -77,7 +72,7 @@ void unary_float(U op, const TensorRef& x, const TensorRef& out, i64 n) {
     case U::kSIGN: run([](float v) { return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v; }); break;
     case U::kISINF: map_each<FT, Bool>(x, out, n, [](float v) { return std::isinf(v); }); break;
     case U::kISNAN: map_each<FT, Bool>(x, out, n, [](float v) { return v != v; }); break;
-    default: fail(std::string("unary: ") + unary_name(op) + " does not take " + tn(x.type));
+    default: backends::common::unary_unsupported(detail::kFail, op, x.type);
   }
 }
 
@@ -89,22 +84,14 @@ void unary_int(U op, const TensorRef& x, const TensorRef& out, i64 n) {
     case U::kABS: map_each<T, T>(x, out, n, [](I v) { return v < 0 ? static_cast<I>(UI{0} - static_cast<UI>(v)) : v; }); break;
     case U::kNEG: map_each<T, T>(x, out, n, [](I v) { return static_cast<I>(UI{0} - static_cast<UI>(v)); }); break;
     case U::kSIGN: map_each<T, T>(x, out, n, [](I v) { return static_cast<I>((v > 0) - (v < 0)); }); break;
-    default: fail(std::string("unary: ") + unary_name(op) + " does not take " + tn(x.type));
+    default: backends::common::unary_unsupported(detail::kFail, op, x.type);
   }
 }
 
 }  // namespace
 
 void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out) {
-  const i64 n = detail::checked_volume(x, "unary", "the input");
-  const i64 no = detail::checked_volume(out, "unary", "the output");
-  const int code = static_cast<int>(op);
-  if (code < 0 || code > static_cast<int>(U::kISNAN)) fail("unary: unknown operation " + std::to_string(code));
-  const bool to_bool = op == U::kISINF || op == U::kISNAN;
-  const DataType want = to_bool ? DataType::kBOOL : x.type;
-  if (no != n || out.type != want)
-    fail(std::string("unary: ") + unary_name(op) + " of " + tn(x.type) + x.dims.str() + " gives " + tn(want) +
-         x.dims.str() + ", not " + tn(out.type) + out.dims.str());
+  const i64 n = backends::common::check_unary(detail::kFail, op, x, out);
   switch (x.type) {
     case DataType::kFLOAT: unary_float<F32>(op, x, out, n); break;
     case DataType::kHALF: unary_float<F16>(op, x, out, n); break;
@@ -115,7 +102,7 @@ void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out) {
       if (op != U::kNOT) fail(std::string("unary: ") + unary_name(op) + " does not take bool");
       map_each<Bool, Bool>(x, out, n, [](bool v) { return !v; });
       break;
-    default: fail(std::string("unary: ") + unary_name(op) + " does not take " + tn(x.type));
+    default: backends::common::unary_unsupported(detail::kFail, op, x.type);
   }
 }
 

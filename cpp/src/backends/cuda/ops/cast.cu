@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/pointwise_util.cuh"
@@ -109,35 +110,6 @@ struct Convert {
   __device__ typename D::T operator()(typename S::T v) const { return D::from(S::load(v)); }
 };
 
-template <class F>
-void with_cast_source(DataType t, F&& f) {
-  switch (t) {
-    case DataType::kFLOAT: f(F32{}); return;
-    case DataType::kHALF: f(F16{}); return;
-    case DataType::kBF16: f(BF16{}); return;
-    case DataType::kINT8: f(SrcInt<std::int8_t>{}); return;
-    case DataType::kINT32: f(SrcInt<std::int32_t>{}); return;
-    case DataType::kINT64: f(SrcInt<std::int64_t>{}); return;
-    case DataType::kUINT8: f(SrcInt<std::uint8_t>{}); return;
-    case DataType::kBOOL: f(SrcBool{}); return;
-    default: fail("cast: cannot cast from " + tn(t) + " (fp8 leaves through dequantize)");
-  }
-}
-
-template <class F>
-void with_cast_dest(DataType t, F&& f) {
-  switch (t) {
-    case DataType::kFLOAT: f(DstF32{}); return;
-    case DataType::kHALF: f(DstNarrow<F16>{}); return;
-    case DataType::kBF16: f(DstNarrow<BF16>{}); return;
-    case DataType::kINT8: f(DstInt<std::int8_t>{}); return;
-    case DataType::kINT32: f(DstInt<std::int32_t>{}); return;
-    case DataType::kINT64: f(DstInt<std::int64_t>{}); return;
-    case DataType::kUINT8: f(DstInt<std::uint8_t>{}); return;
-    case DataType::kBOOL: f(DstBool{}); return;
-    default: fail("cast: cannot cast to " + tn(t) + " (fp8 comes from quantize)");
-  }
-}
 
 // The source and destination tags of one type: the cast is a copy (no kernel).
 template <class S, class D>
@@ -154,13 +126,10 @@ constexpr bool kSameType =
 }  // namespace
 
 void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
-  const i64 n = checked_volume(x, "cast", "the input");
-  if (checked_volume(out, "cast", "the output") != n)
-    fail("cast: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
-  if (n > 0 && x.data == out.data && element_size(x.type) != element_size(out.type))
-    fail("cast: in place needs types of one size, not " + tn(x.type) + " and " + tn(out.type));
-  with_cast_source(x.type, [&](auto s) {
-    with_cast_dest(out.type, [&](auto d) {
+  const i64 n = backends::common::check_cast(dev::kFail, x, out);
+  using backends::common::with_cast_type;  // the type tables, over this backend's tags
+  with_cast_type<F32, F16, BF16, SrcInt, SrcBool>(dev::kFail, x.type, false, [&](auto s) {
+    with_cast_type<DstF32, DstNarrow<F16>, DstNarrow<BF16>, DstInt, DstBool>(dev::kFail, out.type, true, [&](auto d) {
       using S = decltype(s);
       using D = decltype(d);
       if (n == 0) return;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
@@ -31,28 +32,8 @@ __global__ void __launch_bounds__(kThreads)
 // ---- concatenation -------------------------------------------------------------------------
 
 void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef& out, cudaStream_t stream) {
-  const i64 n = checked_volume(out, "concatenation", "the output");
-  if (inputs.empty()) fail("concatenation: needs at least one input");
+  const i64 n = backends::common::check_concatenation(dev::kFail, axis, inputs, out);
   const int rank = out.dims.rank();
-  if (axis < 0 || axis >= rank)
-    fail("concatenation: axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
-  i64 total = 0;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const TensorRef& t = inputs[i];
-    const std::string name = "input " + std::to_string(i);
-    checked_volume(t, "concatenation", name.c_str());
-    if (t.type != out.type) fail("concatenation: " + name + " has type " + tn(t.type) + "; the output is " + tn(out.type));
-    if (t.dims.rank() != rank)
-      fail("concatenation: " + name + " has dims " + t.dims.str() + "; the output has " + out.dims.str());
-    for (int d = 0; d < rank; ++d)
-      if (d != axis && t.dims[d] != out.dims[d])
-        fail("concatenation: " + name + " has dims " + t.dims.str() + "; dimension " + std::to_string(d) +
-             " differs from the output " + out.dims.str() + " (only axis " + std::to_string(axis) + " may differ)");
-    total += t.dims[axis];
-  }
-  if (total != out.dims[axis])
-    fail("concatenation: the inputs add up to " + num(total) + " along axis " + std::to_string(axis) + "; the output has " +
-         out.dims.str());
   if (n == 0) return;
   const std::size_t es = element_size(out.type);
   const i64 outer = prod(out.dims, 0, axis);

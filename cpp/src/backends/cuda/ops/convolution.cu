@@ -69,7 +69,7 @@ template <class Tag, class I>
 __global__ void __launch_bounds__(kThreads)
     im2col_kernel(const typename Tag::T* __restrict__ x, typename Tag::T* __restrict__ col, I total, Geo g, I pt, I p0) {
   using S = Coord<I>;
-  const I R = static_cast<I>(g.Cg * g.kvol), kvol = static_cast<I>(g.kvol), G = static_cast<I>(g.G);
+  const I R = static_cast<I>(g.Cg * g.kvol), kvol = static_cast<I>(g.kvol), G = static_cast<I>(g.groups);
   const I k12 = static_cast<I>(g.k[1] * g.k[2]), k1 = static_cast<I>(g.k[1]), k2 = static_cast<I>(g.k[2]);
   const I OW = static_cast<I>(g.out[2]), OH = static_cast<I>(g.out[1]);
   const S ID = static_cast<S>(g.in[0]), IH = static_cast<S>(g.in[1]), IW = static_cast<S>(g.in[2]);
@@ -161,7 +161,7 @@ namespace {
 enum class ConvPath { kDepthwise, kPointwise, kIm2col };
 
 ConvPath conv_path(const Geo& g) {
-  if (g.Cg == 1 && g.G > 1) return ConvPath::kDepthwise;
+  if (g.Cg == 1 && g.groups > 1) return ConvPath::kDepthwise;
   bool pointwise = g.kvol == 1;
   for (int i = 0; i < kS; ++i) pointwise = pointwise && g.s[i] == 1 && g.pre[i] == 0 && g.in[i] == g.out[i];
   return pointwise ? ConvPath::kPointwise : ConvPath::kIm2col;
@@ -583,15 +583,8 @@ bool ConvolutionKernel::run_cudnn(const TensorRef& x, const TensorRef& kernel, c
 
 void ConvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
                             void* workspace, cudaStream_t stream, const ActivationParams* act) const {
-  checked_volume(x, "convolution", "input 0");
-  checked_volume(kernel, "convolution", "input 1 (kernel)");
-  if (bias) checked_volume(*bias, "convolution", "input 2 (bias)");
-  const i64 n = checked_volume(out, "convolution", "the output");
-  check_float(x, "convolution", "input 0");
-  const graph::TensorDesc kd{kernel.type, kernel.dims};
-  graph::TensorDesc bd;
-  if (bias) bd = {bias->type, bias->dims};
-  window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "convolution", false);
+  i64 n = 0;
+  backends::common::check_conv(dev::kFail, params_, x, kernel, bias, out, "convolution", false, n);
   if (n == 0) return;
   if (!x_cl_ && !out_cl_) {
     run_packed(x, kernel, bias, out, workspace, stream, act);
@@ -673,7 +666,7 @@ void ConvolutionKernel::run_packed(const TensorRef& x, const TensorRef& kernel, 
           });
           check_launch("convolution (im2col)");
         }
-        for (i64 grp = 0; grp < g.G; ++grp) {
+        for (i64 grp = 0; grp < g.groups; ++grp) {
           StridedGemm::Shape s;
           s.M = g.Kg;
           s.N = pt;

@@ -160,15 +160,8 @@ std::size_t DeconvolutionKernel::workspace_bytes(const TensorRef& x, const Tenso
 
 void DeconvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const TensorRef* bias, const TensorRef& out,
                               void* workspace, cudaStream_t stream) const {
-  checked_volume(x, "deconvolution", "input 0");
-  checked_volume(kernel, "deconvolution", "input 1 (kernel)");
-  if (bias) checked_volume(*bias, "deconvolution", "input 2 (bias)");
-  const i64 n = checked_volume(out, "deconvolution", "the output");
-  check_float(x, "deconvolution", "input 0");
-  const graph::TensorDesc kd{kernel.type, kernel.dims};
-  graph::TensorDesc bd;
-  if (bias) bd = {bias->type, bias->dims};
-  const Geo g = window_geo(params_, x, out, &kd, bias ? &bd : nullptr, "deconvolution", true);
+  i64 n = 0;
+  const Geo g = backends::common::check_conv(dev::kFail, params_, x, kernel, bias, out, "deconvolution", true, n);
   if (n == 0) return;
   const DeconvPlan z = deconv_plan(g, x.type);
   if (z.total > 0 && workspace == nullptr)
@@ -233,7 +226,7 @@ void DeconvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const
     if (z.mode == DeconvPlan::kImages) {
       for (i64 n0 = 0; n0 < g.N; n0 += z.images) {
         const i64 nb = std::min(z.images, g.N - n0);
-        for (i64 grp = 0; grp < g.G; ++grp)
+        for (i64 grp = 0; grp < g.groups; ++grp)
           gemm(n0, nb, grp, 0, g.Kg, 0, Q, offset(col, grp * rows * Q), g.K * g.kvol * Q);
         gather(n0, nb, 0, g.K);
       }
@@ -241,7 +234,7 @@ void DeconvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const
     }
     if (z.mode == DeconvPlan::kChannels) {
       for (i64 n0 = 0; n0 < g.N; ++n0)
-        for (i64 grp = 0; grp < g.G; ++grp)
+        for (i64 grp = 0; grp < g.groups; ++grp)
           for (i64 k0 = 0; k0 < g.Kg; k0 += z.channels) {
             const i64 kb = std::min(z.channels, g.Kg - k0);
             gemm(n0, 1, grp, k0, kb, 0, Q, col, 0);

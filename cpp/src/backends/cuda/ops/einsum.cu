@@ -1,5 +1,5 @@
-// The CUDA backend's einsum (conv.h: EinsumKernel) with TensorRT's semantics and the CPU's plan
-// (backends/cpu/ops/einsum.cpp): a permute-and-reduce kernel, and two inputs as a batched GEMM
+// The CUDA backend's einsum (conv.h: EinsumKernel) with TensorRT's semantics and the plan it
+// shares with the CPU (backends/common/einsum_plan.h): a permute-and-reduce kernel, and two inputs as a batched GEMM
 // through cuda::Gemm.
 //
 // Einsum (TensorRT's semantics, the CPU's plan): one input is a permute-and-reduce kernel
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/einsum_plan.h"
 #include "backends/cuda/conv.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm.h"
@@ -119,149 +120,13 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
-// One operand as a strided view over its distinct letters (a repeated letter, as in "ii",
-// reads the diagonal: its stride is the sum of the repeated positions' strides).
-struct EinsumView {
-  std::string letters;
-  i64 stride[26] = {};
-};
-
-// The CPU's EinsumPlan, with the GPU's choice of what is read in place.
-struct EinsumPlan {
-  int inputs = 1;
-  DataType type = DataType::kFLOAT;
-  i64 size[26] = {};
-  EinsumView view[2];
-  std::string out;  // output letters
-  // Two inputs: C[batch, M, N] = A[batch, M, K] x B[batch, K, N].
-  std::string batch, mfree, nfree, kcon, sum_a, sum_b;
-  i64 B = 1, M = 1, N = 1, K = 1;
-  DataType gemm_type = DataType::kFLOAT;  // the operands' and the GEMM result's type
-  bool a_direct = false, a_trans = false, b_direct = false, b_trans = false, c_direct = false;
-  i64 wa = 0, wb = 0, wc = 0;  // workspace elements (gemm_type) per part
-};
-
-i64 letters_volume(const EinsumPlan& p, const std::string& ls) {
-  i64 v = 1;
-  for (char c : ls) v *= p.size[c - 'a'];
-  return v;
-}
-
-bool contains(const std::string& s, char c) { return s.find(c) != std::string::npos; }
-
-// True when the view, read in the letter order `seq`, is a contiguous row-major array.
-bool is_contiguous(const EinsumPlan& p, const EinsumView& v, const std::string& seq) {
-  i64 expected = 1;
-  for (auto it = seq.rbegin(); it != seq.rend(); ++it) {
-    const i64 n = p.size[*it - 'a'];
-    if (n == 1) continue;
-    if (v.stride[*it - 'a'] != expected) return false;
-    expected *= n;
-  }
-  return true;
-}
-
-void row_major_strides(const Dims& d, i64* s) {
-  i64 acc = 1;
-  for (int k = d.rank() - 1; k >= 0; --k) {
-    s[k] = acc;
-    acc *= d[k];
-  }
-}
+using backends::common::EinsumPlan;
 
 std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-EinsumPlan plan_einsum(const EinsumParams& params, std::span<const TensorRef> inputs, const TensorRef& out) {
-  if (inputs.size() < 1 || inputs.size() > 2)
-    fail("einsum: takes one or two inputs, got " + std::to_string(inputs.size()));
-  graph::EinsumSpec spec;
-  try {
-    spec = graph::parse_einsum(params.equation, inputs.size());
-  } catch (const InvalidArgument& e) {
-    fail(std::string("einsum: ") + e.what());
-  }
-  EinsumPlan p;
-  p.inputs = static_cast<int>(inputs.size());
-  for (auto& s : p.size) s = -1;
-  const DataType type = inputs[0].type;
-  p.type = type;
-  if (!is_float_type(type)) fail("einsum: input 0 has type " + tn(type) + "; einsum takes float32, float16 or bfloat16");
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const TensorRef& t = inputs[i];
-    const std::string& ls = spec.operands[i];
-    if (t.type != type)
-      fail("einsum: input " + std::to_string(i) + " has type " + tn(t.type) + "; input 0 has " + tn(type));
-    if (!t.dims.all_known()) fail("einsum: input " + std::to_string(i) + " has unknown dims " + t.dims.str());
-    if (static_cast<int>(ls.size()) != t.dims.rank())
-      fail("einsum: operand '" + ls + "' has " + std::to_string(ls.size()) + " letters but input " + std::to_string(i) +
-           " has dims " + t.dims.str());
-    i64 st[kMaxRank];
-    row_major_strides(t.dims, st);
-    EinsumView& v = p.view[i];
-    for (std::size_t k = 0; k < ls.size(); ++k) {
-      const int c = ls[k] - 'a';
-      const i64 d = t.dims[static_cast<int>(k)];
-      if (p.size[c] < 0) p.size[c] = d;
-      else if (p.size[c] != d)
-        fail("einsum: letter '" + std::string(1, ls[k]) + "' of '" + params.equation + "' has sizes " + num(p.size[c]) +
-             " and " + num(d));
-      if (!contains(v.letters, ls[k])) v.letters += ls[k];
-      v.stride[c] += st[k];
-    }
-  }
-  p.out = spec.output;
-  std::vector<i64> od;
-  for (char c : p.out) od.push_back(p.size[c - 'a']);
-  const Dims expected{std::span<const i64>(od)};
-  if (out.type != type || !(out.dims == expected))
-    fail("einsum: the output is " + tn(out.type) + out.dims.str() + "; '" + params.equation + "' gives " + tn(type) +
-         expected.str());
-  if (p.inputs == 1) return p;
-
-  const std::string& la = p.view[0].letters;
-  const std::string& lb = p.view[1].letters;
-  for (char c : p.out) {
-    const bool a = contains(la, c), b = contains(lb, c);
-    if (a && b) p.batch += c;
-    else if (a) p.mfree += c;
-    else p.nfree += c;
-  }
-  for (char c : la) {
-    if (contains(p.out, c)) continue;
-    if (contains(lb, c)) p.kcon += c;
-    else p.sum_a += c;
-  }
-  for (char c : lb)
-    if (!contains(p.out, c) && !contains(la, c)) p.sum_b += c;
-  p.B = letters_volume(p, p.batch);
-  p.M = letters_volume(p, p.mfree);
-  p.N = letters_volume(p, p.nfree);
-  p.K = letters_volume(p, p.kcon);
-  // A reduced operand holds float32 sums: then the GEMM is float32 throughout (the CPU's GEMM
-  // always is); else it runs in the input type, whose values float32 holds exactly, with the
-  // same float32 accumulation and one rounding of the result.
-  p.gemm_type = (p.sum_a.empty() && p.sum_b.empty()) ? type : DataType::kFLOAT;
-  if (p.gemm_type == type) {
-    if (p.sum_a.empty()) {
-      if (is_contiguous(p, p.view[0], p.batch + p.mfree + p.kcon)) p.a_direct = true;
-      else if (is_contiguous(p, p.view[0], p.batch + p.kcon + p.mfree)) p.a_direct = p.a_trans = true;
-    }
-    if (p.sum_b.empty()) {
-      if (is_contiguous(p, p.view[1], p.batch + p.kcon + p.nfree)) p.b_direct = true;
-      else if (is_contiguous(p, p.view[1], p.batch + p.nfree + p.kcon)) p.b_direct = p.b_trans = true;
-    }
-    // The output in the order of C: its own strides, read in C's letter order.
-    EinsumView ov;
-    i64 st[kMaxRank];
-    row_major_strides(out.dims, st);
-    for (std::size_t k = 0; k < p.out.size(); ++k) ov.stride[p.out[k] - 'a'] = st[k];
-    p.c_direct = is_contiguous(p, ov, p.batch + p.mfree + p.nfree);
-  }
-  if (!p.a_direct) p.wa = p.B * p.M * p.K;
-  if (!p.b_direct) p.wb = p.B * p.K * p.N;
-  if (!p.c_direct) p.wc = p.B * p.M * p.N;
-  return p;
-}
+// The plan (backends/common/einsum_plan.h): the GEMM runs in the input type (float32
+// accumulation, one rounding) unless an operand is reduced, then in float32 throughout.
+constexpr auto kGemm = backends::common::EinsumGemm::kInputType;
 
 // Workspace layout of a two-input einsum: cuBLASLt's scratch, then A, B and C as needed.
 struct EinsumLayout {
@@ -337,21 +202,17 @@ EinsumKernel::~EinsumKernel() = default;
 
 std::size_t EinsumKernel::workspace_bytes(std::span<const TensorRef> inputs, const TensorRef& out) const {
   // Sizing only: the buffers need not exist yet (the builder asks before allocating).
-  return einsum_layout(plan_einsum(params_, inputs, out)).total;
+  return einsum_layout(backends::common::plan_einsum(dev::kFail, params_, inputs, out, kGemm)).total;
 }
 
 void EinsumKernel::run(std::span<const TensorRef> inputs, const TensorRef& out, void* workspace, cudaStream_t stream) const {
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    checked_volume(inputs[i], "einsum", ("input " + std::to_string(i)).c_str());
-  const i64 n = checked_volume(out, "einsum", "the output");
-  const EinsumPlan plan = plan_einsum(params_, inputs, out);
+  i64 n = 0;
+  const EinsumPlan plan = backends::common::check_einsum(dev::kFail, params_, inputs, out, kGemm, n);
   if (n == 0) return;
   const DataType type = out.type;
   if (plan.inputs == 1) {
-    std::string reduced;
-    for (char c : plan.view[0].letters)
-      if (!contains(plan.out, c)) reduced += c;
-    permute_reduce(inputs[0].data, type, plan.out, plan.view[0].stride, reduced, plan, out.data, type, stream);
+    permute_reduce(inputs[0].data, type, plan.out, plan.view[0].stride, backends::common::einsum_reduced_letters(plan), plan,
+                   out.data, type, stream);
     return;
   }
   const EinsumLayout l = einsum_layout(plan);
@@ -381,12 +242,7 @@ void EinsumKernel::run(std::span<const TensorRef> inputs, const TensorRef& out, 
   if (plan.c_direct) return;
   // C[batch, M, N] into the output's letter order, rounded to its type once.
   i64 cstride[26] = {};
-  i64 s = 1;
-  const std::string seq = plan.batch + plan.mfree + plan.nfree;
-  for (auto it = seq.rbegin(); it != seq.rend(); ++it) {
-    cstride[*it - 'a'] = s;
-    s *= plan.size[*it - 'a'];
-  }
+  backends::common::einsum_c_strides(plan, cstride);
   permute_reduce(C, gt, plan.out, cstride, "", plan, out.data, type, stream);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/pointwise_util.cuh"
@@ -17,17 +18,6 @@ namespace {
 
 using namespace pointwise;  // pointwise_util.cuh
 using E = ElementWiseOperation;
-
-// Checks that each input has out's rank and broadcasts to it (each dim equal or 1).
-template <int K>
-bool broadcasts(const Dims* const (&ins)[K], const Dims& out) {
-  for (int k = 0; k < K; ++k) {
-    if (ins[k]->rank() != out.rank()) return false;
-    for (int i = 0; i < out.rank(); ++i)
-      if ((*ins[k])[i] != out[i] && (*ins[k])[i] != 1) return false;
-  }
-  return true;
-}
 
 // ---- elementwise ------------------------------------------------------------------------
 
@@ -186,29 +176,7 @@ void launch_binary(const BinaryArgs& r) {
   launch_binary_op<In, Out, Binary<op>>(r);
 }
 
-const char* op_name(E op) {
-  switch (op) {
-    case E::kSUM: return "SUM";
-    case E::kPROD: return "PROD";
-    case E::kMAX: return "MAX";
-    case E::kMIN: return "MIN";
-    case E::kSUB: return "SUB";
-    case E::kDIV: return "DIV";
-    case E::kPOW: return "POW";
-    case E::kFLOOR_DIV: return "FLOOR_DIV";
-    case E::kAND: return "AND";
-    case E::kOR: return "OR";
-    case E::kXOR: return "XOR";
-    case E::kEQUAL: return "EQUAL";
-    case E::kGREATER: return "GREATER";
-    case E::kLESS: return "LESS";
-  }
-  return "an unknown operation";
-}
-
-[[noreturn]] void unsupported_op(E op, DataType t) {
-  fail(std::string("elementwise: ") + op_name(op) + " does not take " + tn(t));
-}
+[[noreturn]] void unsupported_op(E op, DataType t) { backends::common::elementwise_unsupported(dev::kFail, op, t); }
 
 template <class FT>
 void elementwise_float(E op, DataType t, const BinaryArgs& r) {
@@ -268,21 +236,10 @@ struct SumRelu {
 // elementwise()'s checks; false for an empty output (nothing to launch).
 bool binary_args(E op, const TensorRef& a, const TensorRef& b, const TensorRef& out, cudaStream_t stream,
                  BinaryArgs& r) {
-  checked_volume(a, "elementwise", "input 0");
-  checked_volume(b, "elementwise", "input 1");
-  const i64 n = checked_volume(out, "elementwise", "the output");
-  if (a.type != b.type) fail("elementwise: inputs have types " + tn(a.type) + " and " + tn(b.type) + "; they must match");
-  const bool compare = op == E::kEQUAL || op == E::kGREATER || op == E::kLESS;
-  const DataType want = compare ? DataType::kBOOL : a.type;
-  if (out.type != want)
-    fail(std::string("elementwise: ") + op_name(op) + " of " + tn(a.type) + " gives " + tn(want) + ", not " +
-         tn(out.type));
-  const Dims* const ins[2] = {&a.dims, &b.dims};
-  if (!broadcasts(ins, out.dims))
-    fail("elementwise: inputs " + a.dims.str() + " and " + b.dims.str() + " do not broadcast to the output " +
-         out.dims.str());
+  i64 n = 0;
+  const Plan<2> plan = backends::common::check_elementwise(dev::kFail, op, a, b, out, n);
   if (n == 0) return false;
-  r = {a.data, b.data, out.data, n, make_plan(ins, out.dims), stream};
+  r = {a.data, b.data, out.data, n, plan, stream};
   return true;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
@@ -116,47 +117,21 @@ __global__ void __launch_bounds__(kThreads) gather_nd_kernel(const E* __restrict
 
 void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& out,
             cudaStream_t stream) {
-  checked_volume(data, "gather", "the data");
-  const i64 ni = checked_volume(indices, "gather", "the indices");
-  const i64 n = checked_volume(out, "gather", "the output");
-  if (indices.type != DataType::kINT32 && indices.type != DataType::kINT64)
-    fail("gather: the indices have type " + tn(indices.type) + "; indices are int32 or int64");
-  if (out.type != data.type) fail("gather: the output has type " + tn(out.type) + "; the data has " + tn(data.type));
+  const backends::common::GatherShape g = backends::common::check_gather(dev::kFail, p, data, indices, out);
+  const i64 ni = g.ni, n = g.n;
   const Dims& D = data.dims;
   const Dims& Ix = indices.dims;
   const int r = D.rank(), q = Ix.rank();
   i64 ds[kMaxRank];
   strides_of(D, ds);
-  std::vector<i64> od;
   const std::size_t es = element_size(data.type);
   const bool idx64 = indices.type == DataType::kINT64;
   const i64 data_elems = D.volume();
-  auto check_out = [&](const char* mode) {
-    const Dims e{std::span<const i64>(od)};
-    if (!(out.dims == e))
-      fail("gather: the output has dims " + out.dims.str() + "; mode " + mode + " with data " + D.str() + " and indices " +
-           Ix.str() + " gives " + e.str());
-  };
-  auto resolve_axis = [&]() {
-    const int a = p.axis < 0 ? p.axis + r : p.axis;
-    if (a < 0 || a >= r) fail("gather: axis " + std::to_string(p.axis) + " is out of range for data " + D.str());
-    return a;
-  };
+  if (n == 0) return;
 
   switch (p.mode) {
     case GatherMode::kDEFAULT: {
-      const int axis = resolve_axis();
-      const int nb = p.num_elementwise_dims;
-      if (nb < 0 || nb > 1) fail("gather: num_elementwise_dims " + std::to_string(nb) + " must be 0 or 1 in mode DEFAULT");
-      if (nb == 1 && (q < 1 || axis < 1)) fail("gather: num_elementwise_dims 1 needs indices of rank >= 1 and axis >= 1");
-      if (nb == 1 && Ix[0] != D[0])
-        fail("gather: with num_elementwise_dims 1 the indices " + Ix.str() + " and the data " + D.str() +
-             " must share dimension 0");
-      for (int i = 0; i < axis; ++i) od.push_back(D[i]);
-      for (int i = nb; i < q; ++i) od.push_back(Ix[i]);
-      for (int i = axis + 1; i < r; ++i) od.push_back(D[i]);
-      check_out("DEFAULT");
-      if (n == 0) return;
+      const int axis = g.axis, nb = g.nb;
       const i64 outer = prod(D, 0, axis), dim = D[axis], inner = prod(D, axis + 1, r);
       const i64 nidx = prod(Ix, nb, q);
       const i64 outer2 = nb == 1 ? outer / D[0] : outer;  // outer indices per batch
@@ -183,14 +158,7 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
       return;
     }
     case GatherMode::kELEMENT: {
-      const int axis = resolve_axis();
-      if (q != r) fail("gather: the indices " + Ix.str() + " must have the data's rank in mode ELEMENT (data " + D.str() + ")");
-      for (int i = 0; i < r; ++i)
-        if (i != axis && Ix[i] > D[i])
-          fail("gather: the indices " + Ix.str() + " exceed the data " + D.str() + " in dimension " + std::to_string(i));
-      od = Ix.vec();
-      check_out("ELEMENT");
-      if (n == 0) return;
+      const int axis = g.axis;
       HostPlan pos;  // the indices' dims over the data's strides, the axis left out
       for (int i = 0; i < r; ++i) push_dim(pos, Ix[i], i == axis ? 0 : ds[i]);
       finish(pos);
@@ -212,19 +180,8 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
       return;
     }
     case GatherMode::kND: {
-      const int nb = p.num_elementwise_dims;
-      if (q < 1) fail("gather: the indices must have rank >= 1 in mode ND");
-      const i64 last = Ix[q - 1];
-      if (nb < 0 || nb >= q || nb + last > r)
-        fail("gather: indices " + Ix.str() + " with num_elementwise_dims " + std::to_string(nb) + " do not fit data " + D.str());
-      for (int i = 0; i < nb; ++i)
-        if (Ix[i] != D[i])
-          fail("gather: batch dimension " + std::to_string(i) + " differs between data " + D.str() + " and indices " + Ix.str());
-      for (int i = 0; i < q - 1; ++i) od.push_back(Ix[i]);
-      const int after = nb + static_cast<int>(last);
-      for (int i = after; i < r; ++i) od.push_back(D[i]);
-      check_out("ND");
-      if (n == 0) return;
+      const int nb = g.nb, after = g.after;
+      const i64 last = g.last;
       const i64 per_batch = prod(Ix, nb, q - 1);
       const i64 batch_stride = prod(D, nb, r);
       const i64 slice_elems = prod(D, after, r);
@@ -253,7 +210,7 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
       check_launch("gather");
       return;
     }
-    default: fail("gather: unknown mode " + std::to_string(static_cast<int>(p.mode)));
+    default: return;  // refused by check_gather
   }
 }
 

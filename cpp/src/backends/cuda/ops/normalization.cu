@@ -179,50 +179,17 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(Plan p, NormArgs a, con
   }
 }
 
-// Checks scale/bias as the CPU's load_broadcast does; fills their strides over x's dims.
-void check_broadcast(const TensorRef& t, const Dims& x, const char* name, i64* strides) {
-  checked_volume(t, "normalization", name);
-  if (t.dims.rank() != x.rank())
-    fail(std::string("normalization: ") + name + " " + t.dims.str() + " must have the input's rank (input " +
-         x.str() + ")");
-  i64 st = 1;
-  for (int d = x.rank() - 1; d >= 0; --d) {
-    if (t.dims[d] != 1 && t.dims[d] != x[d])
-      fail(std::string("normalization: ") + name + " " + t.dims.str() + " does not broadcast into the input " +
-           x.str());
-    strides[d] = t.dims[d] == 1 ? 0 : st;
-    st *= t.dims[d];
-  }
-  if (t.type != DataType::kFLOAT && t.type != DataType::kHALF && t.type != DataType::kBF16)
-    fail(std::string("normalization: ") + name + " takes float32, float16 or bfloat16, not " + tn(t.type));
-}
-
 }  // namespace
 
 void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
                    const TensorRef& out, cudaStream_t stream) {
-  const i64 n = checked_volume(x, "normalization", "the input");
-  checked_volume(out, "normalization", "the output");
+  const i64 n = backends::common::check_normalization(dev::kFail, p, x, out);
   const Dims& xd = x.dims;
   const int rank = xd.rank();
-  if (out.type != x.type || !(out.dims == xd))
-    fail("normalization: the output " + desc(out) + " differs from the input " + desc(x));
-  if (rank < 32 && (p.axes >> rank) != 0)
-    fail("normalization: axes mask " + std::to_string(p.axes) + " names a dimension beyond the input's rank " +
-         std::to_string(rank));
-  if (!(p.epsilon >= 0.0f)) fail("normalization: epsilon " + std::to_string(p.epsilon) + " must be >= 0");
   const i64 groups = p.num_groups;
-  if (groups < 1) fail("normalization: num_groups " + std::to_string(groups) + " must be >= 1");
-  if (groups > 1) {
-    if (rank < 2) fail("normalization: num_groups > 1 needs a channel dimension (rank >= 2)");
-    if (xd[1] % groups != 0)
-      fail("normalization: channels " + std::to_string(xd[1]) + " are not divisible by num_groups " +
-           std::to_string(groups));
-    if (p.axes & 2u) fail("normalization: with num_groups > 1 the channel dimension (1) is grouped, not in axes");
-  }
   i64 sst[Dims::kMaxRank] = {}, bst[Dims::kMaxRank] = {};
-  check_broadcast(scale, xd, "the scale", sst);
-  check_broadcast(bias, xd, "the bias", bst);
+  backends::common::check_normalization_operand(dev::kFail, scale, xd, "the scale", sst);
+  backends::common::check_normalization_operand(dev::kFail, bias, xd, "the bias", bst);
   const bool ok = with_float3(x.type, [&](auto tag) {
     using Tag = decltype(tag);
     using T = typename Tag::T;

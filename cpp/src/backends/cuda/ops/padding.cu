@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
@@ -14,22 +15,8 @@ using namespace layout;  // layout_util.cuh
 // ---- padding -------------------------------------------------------------------------------
 
 void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
-  checked_volume(x, "padding", "the input");
-  const i64 n = checked_volume(out, "padding", "the output");
+  const i64 n = backends::common::check_padding(dev::kFail, p, x, out);
   const int r = x.dims.rank(), np = p.pre_padding.rank();
-  if (p.post_padding.rank() != np)
-    fail("padding: pre_padding " + p.pre_padding.str() + " and post_padding " + p.post_padding.str() + " differ in rank");
-  if (np > r) fail("padding: padding of rank " + std::to_string(np) + " exceeds the input's rank " + std::to_string(r));
-  Dims expected = x.dims;
-  for (int i = 0; i < np; ++i) {
-    const int d = r - np + i;
-    expected[d] = x.dims[d] + p.pre_padding[i] + p.post_padding[i];
-    if (expected[d] < 0)
-      fail("padding: " + p.pre_padding.str() + "/" + p.post_padding.str() + " crops dimension " + std::to_string(d) +
-           " of " + x.dims.str() + " below zero");
-  }
-  if (out.type != x.type || !(out.dims == expected))
-    fail("padding: the output is " + desc(out) + "; expected " + tn(x.type) + expected.str());
   if (n == 0) return;
   // A FILL slice with zero: output index o of dim d reads input index o - pre.
   i64 start[kMaxRank], step[kMaxRank];

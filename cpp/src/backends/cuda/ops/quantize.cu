@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/pointwise_util.cuh"
@@ -28,26 +29,7 @@ struct QI8 {
 // ---- quantize / dequantize --------------------------------------------------------------
 
 // Per-tensor (one scale) or per-channel along `axis`: element i uses scale[(i / inner) % channels].
-struct Channels {
-  i64 channels = 1;
-  i64 inner = 1;
-};
-
-Channels channels_of(const Dims& d, i64 scale_count, int axis, const char* kernel) {
-  Channels c;
-  if (scale_count == 1) {
-    c.inner = d.volume() > 1 ? d.volume() : 1;
-    return c;
-  }
-  if (axis < 0 || axis >= d.rank())
-    fail(std::string(kernel) + ": axis " + std::to_string(axis) + " is out of range for dims " + d.str());
-  if (d[axis] != scale_count)
-    fail(std::string(kernel) + ": the scale has " + std::to_string(scale_count) + " elements but axis " +
-         std::to_string(axis) + " of " + d.str() + " has " + std::to_string(d[axis]));
-  c.channels = scale_count;
-  for (int k = axis + 1; k < d.rank(); ++k) c.inner *= d[k];
-  return c;
-}
+using Channels = backends::common::QuantizeChannels;
 
 // A scale's element i as float; the scale is float32, float16 or bfloat16 (checked on the host).
 __device__ inline float load_scale(const void* s, i64 i, DataType t) {
@@ -140,14 +122,9 @@ void check_scale_type(const TensorRef& scale, DataType value_type, const char* k
 }  // namespace
 
 void quantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream) {
-  const i64 n = checked_volume(x, "quantize", "the input");
-  const i64 ns = checked_volume(scale, "quantize", "the scale");
-  if (checked_volume(out, "quantize", "the output") != n)
-    fail("quantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
-  if (out.type != DataType::kINT8 && out.type != DataType::kFP8)
-    fail("quantize: the output type " + tn(out.type) + " is not int8 or fp8");
-  if (ns < 1) fail("quantize: the scale is empty");
-  const Channels c = channels_of(x.dims, ns, axis, "quantize");
+  const backends::common::QuantizeShape shape = backends::common::check_quantize(dev::kFail, true, x, scale, axis, out);
+  const i64 n = shape.n;
+  const Channels c = shape.channels;
   const bool ok = dev::with_float(x.type, [&](auto tag) {
     using In = decltype(tag);
     check_scale_type(scale, x.type, "quantize");
@@ -203,14 +180,9 @@ void activation_quantize(const ActivationParams& p, const TensorRef& x, const Te
 }
 
 void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const TensorRef& out, cudaStream_t stream) {
-  const i64 n = checked_volume(x, "dequantize", "the input");
-  const i64 ns = checked_volume(scale, "dequantize", "the scale");
-  if (checked_volume(out, "dequantize", "the output") != n)
-    fail("dequantize: the output dims " + out.dims.str() + " differ from the input's " + x.dims.str());
-  if (x.type != DataType::kINT8 && x.type != DataType::kFP8)
-    fail("dequantize: the input type " + tn(x.type) + " is not int8 or fp8");
-  if (ns < 1) fail("dequantize: the scale is empty");
-  const Channels c = channels_of(x.dims, ns, axis, "dequantize");
+  const backends::common::QuantizeShape shape = backends::common::check_quantize(dev::kFail, false, x, scale, axis, out);
+  const i64 n = shape.n;
+  const Channels c = shape.channels;
   const bool ok = dev::with_float(out.type, [&](auto tag) {
     using Out = decltype(tag);
     check_scale_type(scale, out.type, "dequantize");

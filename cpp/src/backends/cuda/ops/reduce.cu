@@ -20,16 +20,7 @@ using namespace reduction;  // reduce_util.cuh
 
 using R = ReduceOperation;
 
-const char* reduce_name(R op) {
-  switch (op) {
-    case R::kSUM: return "SUM";
-    case R::kPROD: return "PROD";
-    case R::kMAX: return "MAX";
-    case R::kMIN: return "MIN";
-    case R::kAVG: return "AVG";
-  }
-  return "an unknown operation";
-}
+using backends::common::reduce_name;
 
 // ---- reducers ----------------------------------------------------------------------------
 // A: accumulator, add(a, stored value), combine(a, b), finish(a, count) -> stored value.
@@ -240,30 +231,11 @@ bool reduce_splits(const ReduceParams& p, const Dims& x) {
 }
 
 void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream, void* workspace) {
-  const i64 nx = checked_volume(x, "reduce", "the input");
-  const i64 no = checked_volume(out, "reduce", "the output");
-  const int rank = x.dims.rank();
-  if (rank < 32 && (p.axes >> rank) != 0)
-    fail("reduce: axes mask " + std::to_string(p.axes) + " names a dimension beyond the input's rank " +
-         std::to_string(rank));
-  if (out.type != x.type) fail("reduce: the output type " + tn(out.type) + " differs from the input's " + tn(x.type));
-  i64 want[Dims::kMaxRank];
-  i64 dims[Dims::kMaxRank];
-  bool red[Dims::kMaxRank];
-  int wr = 0;
-  for (int i = 0; i < rank; ++i) {
-    dims[i] = x.dims[i];
-    red[i] = (p.axes >> i) & 1u;
-    if (!red[i]) want[wr++] = x.dims[i];
-    else if (p.keep_dims) want[wr++] = 1;
-  }
-  const Dims expected(std::span<const i64>(want, static_cast<std::size_t>(wr)));
-  if (!(expected == out.dims))
-    fail("reduce: reducing " + x.dims.str() + " over axes mask " + std::to_string(p.axes) +
-         (p.keep_dims ? " keeping dims" : "") + " gives " + expected.str() + ", not " + out.dims.str());
   // nx == 0 with outputs: an empty dim is reduced, every output is the identity.
-  const Plan plan = nx == 0 ? Plan{} : make_plan(rank, dims, red);
-  const Plan* pp = nx == 0 ? nullptr : &plan;
+  const backends::common::ReduceShape s = backends::common::check_reduce(dev::kFail, p, x, out);
+  const i64 no = s.no;
+  const Plan plan = s.nx == 0 ? Plan{} : plan_of(s.layout);
+  const Plan* pp = s.nx == 0 ? nullptr : &plan;
   auto run_float = [&](auto tag) {
     using Tag = decltype(tag);
     switch (p.op) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
@@ -198,31 +199,9 @@ __global__ void __launch_bounds__(kThreads) resize_interp_kernel(const typename 
 // ---- resize --------------------------------------------------------------------------------
 
 void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
-  checked_volume(x, "resize", "the input");
-  const i64 n = checked_volume(out, "resize", "the output");
+  const i64 n = backends::common::check_resize(dev::kFail, p, x, out);
   const int r = x.dims.rank();
-  if (p.output_dims && !p.scales.empty()) fail("resize: set either output dims or scales, not both");
-  Dims expected = x.dims;
-  if (p.output_dims) {
-    expected = *p.output_dims;
-  } else {
-    if (static_cast<int>(p.scales.size()) != r)
-      fail("resize: " + std::to_string(p.scales.size()) + " scales for an input of rank " + std::to_string(r));
-    for (int d = 0; d < r; ++d) {
-      const float s = p.scales[static_cast<std::size_t>(d)];
-      if (!(s > 0.f)) fail("resize: scales must be > 0");
-      expected[d] = static_cast<i64>(std::floor(static_cast<double>(x.dims[d]) * s));
-    }
-  }
-  if (out.type != x.type || !(out.dims == expected))
-    fail("resize: the output is " + desc(out) + "; expected " + tn(x.type) + expected.str());
-  if (p.mode != InterpolationMode::kNEAREST && p.mode != InterpolationMode::kLINEAR && p.mode != InterpolationMode::kCUBIC)
-    fail("resize: unknown interpolation mode " + std::to_string(static_cast<int>(p.mode)));
-  if (p.mode != InterpolationMode::kNEAREST && !is_float_type(x.type))
-    fail("resize: linear and cubic resize take float32, float16 or bfloat16, not " + tn(x.type));
   if (n == 0) return;
-  for (int d = 0; d < r; ++d)
-    if (x.dims[d] == 0) fail("resize: dimension " + std::to_string(d) + " of the input " + x.dims.str() + " is empty");
   const bool nearest = p.mode == InterpolationMode::kNEAREST;
   const bool upper = p.selector_for_single_pixel == ResizeSelector::kUPPER;
   // What the CPU refuses when it computes the first coordinate of each dim.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/pointwise_util.cuh"
@@ -43,24 +44,7 @@ void launch_select(const TensorRef& c, const TensorRef& a, const TensorRef& b, c
 
 void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,
             cudaStream_t stream) {
-  checked_volume(condition, "select", "the condition");
-  checked_volume(then_input, "select", "input 1 (then)");
-  checked_volume(else_input, "select", "input 2 (else)");
-  const i64 n = checked_volume(out, "select", "the output");
-  if (condition.type != DataType::kBOOL) fail("select: the condition has type " + tn(condition.type) + "; it must be bool");
-  if (then_input.type != out.type || else_input.type != out.type)
-    fail("select: inputs " + desc(then_input) + " and " + desc(else_input) + " must have the output's type " +
-         tn(out.type));
-  const TensorRef* refs[3] = {&condition, &then_input, &else_input};
-  for (int i = 0; i < 3; ++i) {
-    const Dims& d = refs[i]->dims;
-    if (d.rank() != out.dims.rank())
-      fail("select: input " + std::to_string(i) + " has dims " + d.str() + "; the output has " + out.dims.str());
-    for (int k = 0; k < d.rank(); ++k)
-      if (d[k] != out.dims[k] && d[k] != 1)
-        fail("select: input " + std::to_string(i) + " dims " + d.str() + " do not broadcast to the output " +
-             out.dims.str());
-  }
+  const i64 n = backends::common::check_select(dev::kFail, condition, then_input, else_input, out);
   if (n == 0) return;
   const Dims* const ins[3] = {&condition.dims, &then_input.dims, &else_input.dims};
   const Plan<3> p = make_plan(ins, out.dims);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
@@ -29,46 +30,15 @@ HostPlan transpose_plan(const Dims& d, const Permutation& perm) {
 
 // ---- shuffle helpers (the CPU's) -----------------------------------------------------------
 
-bool is_permutation(const Permutation& p, int rank) {
-  bool seen[kMaxRank] = {};
-  for (int i = 0; i < rank; ++i) {
-    const int v = p.order[static_cast<std::size_t>(i)];
-    if (v < 0 || v >= rank || seen[v]) return false;
-    seen[v] = true;
-  }
-  return true;
-}
-
-std::string perm_text(const Permutation& p, int rank) {
-  std::string s = "(";
-  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(p.order[static_cast<std::size_t>(i)]);
-  return s + ")";
-}
 
 }  // namespace
 
 // ---- shuffle -------------------------------------------------------------------------------
 
 void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
-  const i64 n = checked_volume(x, "shuffle", "the input");
-  if (checked_volume(out, "shuffle", "the output") != n || out.type != x.type)
-    fail("shuffle: the output " + tn(out.type) + out.dims.str() + " differs in type or volume from the input " + tn(x.type) +
-         x.dims.str());
-  const int r1 = x.dims.rank(), r2 = out.dims.rank();
-  if (!is_permutation(p.first_transpose, r1))
-    fail("shuffle: first_transpose " + perm_text(p.first_transpose, r1) + " is not a permutation");
-  if (!is_permutation(p.second_transpose, r2))
-    fail("shuffle: second_transpose " + perm_text(p.second_transpose, r2) + " is not a permutation");
-  // The reshaped tensor's dims follow from the output's: out.dims[j] = reshaped[second[j]].
-  Dims reshaped = out.dims;
-  for (int j = 0; j < r2; ++j) reshaped[p.second_transpose.order[static_cast<std::size_t>(j)]] = out.dims[j];
-  if (!p.reshape_dims) {
-    Dims first = x.dims;
-    for (int i = 0; i < r1; ++i) first[i] = x.dims[p.first_transpose.order[static_cast<std::size_t>(i)]];
-    if (!(first == reshaped))
-      fail("shuffle: the output dims " + out.dims.str() + " do not follow from the input " + x.dims.str() +
-           " and the transposes");
-  }
+  const backends::common::ShuffleShape shape = backends::common::check_shuffle(dev::kFail, p, x, out);
+  const i64 n = shape.n;
+  const Dims& reshaped = shape.reshaped;
   if (n == 0) return;
   const std::size_t es = element_size(x.type);
   // Output index -> (second transpose) linear index into the reshaped tensor, which is the

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/reduce_util.cuh"
@@ -192,23 +193,10 @@ void run_topk(const TensorRef& x, const TensorRef& out, i64 slices, i64 n, i64 i
 }  // namespace
 
 void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
-  checked_volume(x, "topk", "the input");
-  const i64 m = checked_volume(out, "topk", "the output");
-  const int r = x.dims.rank();
-  if (p.axes == 0 || (p.axes & (p.axes - 1)) != 0 || r < 1 || p.axes >= (1u << r))
-    fail("topk: axes " + std::to_string(p.axes) + " must set one bit below the input's rank " + std::to_string(r));
-  const int axis = std::countr_zero(p.axes);
-  const i64 n = x.dims[axis], k = p.k;
-  Dims expect = x.dims;
-  expect[axis] = k;
+  const backends::common::TopKShape shape = backends::common::check_topk(dev::kFail, p, x, out);
+  const i64 m = shape.m, n = shape.n, k = shape.k;
+  const int r = x.dims.rank(), axis = shape.axis;
   const bool want_values = p.output != 1;
-  if (p.output != 0 && p.output != 1) fail("topk: the kernel computes one output (0 or 1)");
-  if (k < 1 || k > n)
-    fail("topk: k " + std::to_string(k) + " is outside [1, " + std::to_string(n) + "] for input " + desc(x));
-  const DataType out_type = want_values ? x.type : DataType::kINT32;
-  if (!(out.dims == expect) || out.type != out_type)
-    fail("topk: output " + desc(out) + " should be " + tn(out_type) + expect.str() + " for input " + desc(x));
-  if (n > INT32_MAX) fail("topk: dimension " + std::to_string(n) + " does not fit int32 indices");
   if (m == 0) return;
   i64 outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= x.dims[d];

@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/pointwise_util.cuh"
@@ -74,17 +75,9 @@ struct LogicalNot {
   __device__ bool operator()(bool v) const { return !v; }
 };
 
-const char* unary_name(U op) {
-  static const char* const names[] = {"EXP",   "LOG",   "SQRT",  "RECIP", "ABS",   "NEG", "SIN",  "COS",   "TAN",
-                                      "SINH",  "COSH",  "ASIN",  "ACOS",  "ATAN",  "ASINH", "ACOSH", "ATANH",
-                                      "CEIL",  "FLOOR", "ERF",   "NOT",   "SIGN",  "ROUND", "ISINF", "ISNAN"};
-  const int i = static_cast<int>(op);
-  return i >= 0 && i < 25 ? names[i] : "an unknown operation";
-}
+using backends::common::unary_name;
 
-[[noreturn]] void unary_unsupported(U op, DataType t) {
-  fail(std::string("unary: ") + unary_name(op) + " does not take " + tn(t));
-}
+[[noreturn]] void unary_unsupported(U op, DataType t) { backends::common::unary_unsupported(dev::kFail, op, t); }
 
 template <class FT>
 void unary_float(U op, const TensorRef& x, const TensorRef& out, i64 n, cudaStream_t stream) {
@@ -106,15 +99,7 @@ void unary_int(U op, const TensorRef& x, const TensorRef& out, i64 n, cudaStream
 }  // namespace
 
 void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
-  const i64 n = checked_volume(x, "unary", "the input");
-  const i64 no = checked_volume(out, "unary", "the output");
-  const int code = static_cast<int>(op);
-  if (code < 0 || code > static_cast<int>(U::kISNAN)) fail("unary: unknown operation " + std::to_string(code));
-  const bool to_bool = op == U::kISINF || op == U::kISNAN;
-  const DataType want = to_bool ? DataType::kBOOL : x.type;
-  if (no != n || out.type != want)
-    fail(std::string("unary: ") + unary_name(op) + " of " + desc(x) + " gives " + tn(want) + x.dims.str() + ", not " +
-         desc(out));
+  const i64 n = backends::common::check_unary(dev::kFail, op, x, out);
   switch (x.type) {
     case DataType::kFLOAT: unary_float<F32>(op, x, out, n, stream); break;
     case DataType::kHALF: unary_float<F16>(op, x, out, n, stream); break;

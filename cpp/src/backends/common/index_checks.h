@@ -1,0 +1,53 @@
+// Internal to the backends: the host-side checks of the indexing layers both backends run
+// (gather, slice, padding, concatenation, shuffle, topk, resize: backends/cpu/ops/*.cpp,
+// backends/cuda/ops/*.cu), with what they derive from the shapes. Plain host C++ (checks.h).
+#pragma once
+
+#include <span>
+
+#include "backends/common/checks.h"
+#include "tensoracle/network.h"
+
+namespace tensoracle::backends::common {
+
+// A gather's checks for its mode (throws for an unknown one).
+struct GatherShape {
+  i64 n = 0;      // output elements
+  i64 ni = 0;     // indices
+  int axis = 0;   // DEFAULT, ELEMENT: the gathered data dim
+  int nb = 0;     // DEFAULT, ND: num_elementwise_dims
+  i64 last = 0;   // ND: the indices' last dim (data dims each index tuple picks)
+  int after = 0;  // ND: the first data dim copied whole (nb + last)
+};
+GatherShape check_gather(const Fail& fail, const GatherParams& p, const TensorRef& data, const TensorRef& indices,
+                         const TensorRef& out);
+
+// A slice's checks (fill: the optional fill value); returns the output's volume.
+i64 check_slice(const Fail& fail, const SliceParams& p, const TensorRef& x, const TensorRef* fill, const TensorRef& out);
+
+// A padding's checks; returns the output's volume.
+i64 check_padding(const Fail& fail, const PaddingParams& p, const TensorRef& x, const TensorRef& out);
+
+// A concatenation's checks; returns the output's volume.
+i64 check_concatenation(const Fail& fail, int axis, std::span<const TensorRef> inputs, const TensorRef& out);
+
+// A shuffle's checks; the volume and the reshaped tensor's dims (between the transposes).
+struct ShuffleShape {
+  i64 n = 0;
+  Dims reshaped;
+};
+ShuffleShape check_shuffle(const Fail& fail, const ShuffleParams& p, const TensorRef& x, const TensorRef& out);
+
+// A topk's checks: the output's volume (m), the axis, its length (n) and k.
+struct TopKShape {
+  i64 m = 0;
+  int axis = 0;
+  i64 n = 0, k = 0;
+};
+TopKShape check_topk(const Fail& fail, const TopKParams& p, const TensorRef& x, const TensorRef& out);
+
+// A resize's checks (the output's dims from output_dims or the scales); returns the output's
+// volume. Past it, when that is not 0, no input dim is empty.
+i64 check_resize(const Fail& fail, const ResizeParams& p, const TensorRef& x, const TensorRef& out);
+
+}  // namespace tensoracle::backends::common
