@@ -72,13 +72,59 @@ def test_a_shared_library_without_the_entry_point_or_failing_is_refused(tmp_path
     src = tmp_path / "failing.c"
     src.write_text(
         "#include <stdio.h>\n"
-        "const void* tensoracle_cuda_backend(int abi, int device, char* error, unsigned long size) {\n"
-        '  snprintf(error, size, "stand-in backend: abi %d, device %d", abi, device);\n'
+        "#include <string.h>\n"
+        "const void* tensoracle_cuda_backend(int abi, const char* identity, int device, char* error,\n"
+        "                                    unsigned long size) {\n"
+        '  snprintf(error, size, "stand-in backend: abi %d, identity of %d characters, device %d", abi,\n'
+        "           (int)strlen(identity), device);\n"
         "  return 0;\n"
         "}\n"
     )
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(failing), str(src)], check=True)
-    # The core passes its backend interface version (backends/backend.h).
     header = (Path(__file__).resolve().parents[2] / "cpp" / "src" / "backends" / "backend.h").read_text()
     abi = re.search(r"kBackendAbiVersion = (\d+);", header).group(1)
-    assert f"BuildError: [build] device 'cuda:0': [cuda] stand-in backend: abi {abi}, device 0" in build_with(str(failing))
+    # The core passes its backend interface version (backends/backend.h) and its build identity.
+    assert (
+        f"BuildError: [build] device 'cuda:0': [cuda] stand-in backend: abi {abi}, identity of 64 characters, device 0"
+        in build_with(str(failing))
+    )
+
+
+def installed_backend() -> Path | None:
+    import tensoracle
+
+    path = Path(tensoracle.__file__).resolve().parent / "libtensoracle_cuda.so"
+    return path if path.exists() else None
+
+
+@pytest.mark.skipif(installed_backend() is None, reason="this build of tensoracle has no CUDA backend")
+def test_the_backend_refuses_a_core_built_from_other_sources():
+    """The real library checks the core's build identity (backends/build_identity.h) before
+    anything else: a stranger's identity, or none, is refused with both named."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(installed_backend()), mode=ctypes.RTLD_LOCAL)
+    entry = lib.tensoracle_cuda_backend
+    entry.restype = ctypes.c_void_p
+    entry.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    header = (Path(__file__).resolve().parents[2] / "cpp" / "src" / "backends" / "backend.h").read_text()
+    abi = int(re.search(r"kBackendAbiVersion = (\d+);", header).group(1))
+    for identity in (b"0" * 64, None):
+        error = ctypes.create_string_buffer(1024)
+        assert entry(abi, identity, 0, error, len(error)) is None
+        text = error.value.decode()
+        assert "libtensoracle_cuda.so was built from other sources than this core" in text, text
+        assert re.search(r"build identity [0-9a-f]{64}, the core's " + ("0" * 64 if identity else "none"), text), text
+    # An older core (another interface version) is refused before the identity is read.
+    error = ctypes.create_string_buffer(1024)
+    assert entry(abi - 1, None, 0, error, len(error)) is None
+    assert f"speaks backend interface version {abi}, the core version {abi - 1}" in error.value.decode()
+
+
+@pytest.mark.skipif(installed_backend() is None, reason="this build of tensoracle has no CUDA backend")
+def test_the_backend_built_with_this_core_passes_the_identity_check():
+    """The library installed beside this core accepts it: the build goes on to the device (built
+    where there is one; a machine without a CUDA driver or device says so, not 'other sources')."""
+    out = build_with(str(installed_backend()))
+    assert "other sources" not in out and "interface version" not in out, out
+    assert out.strip() == "built" or "no usable CUDA driver or device" in out, out

@@ -18,9 +18,11 @@
 
 namespace tensoracle::backends {
 
-// Bumped whenever this header or the graph structures it passes change: the core refuses a
-// backend library built against another version (runtime/devices.cpp).
-inline constexpr int kBackendAbiVersion = 4;  // 2: plugin nodes (PluginParams); 3: Timeline; 4: TacticQuery
+// The entry point's own version: bumped when tensoracle_cuda_backend's parameters change, so
+// that a library of another version refuses before it reads them. Whether the structures passed
+// after that match is the build identity's check (backends/build_identity.h), which needs no
+// bump: any change to the headers that define them changes it.
+inline constexpr int kBackendAbiVersion = 5;  // 2: plugin nodes; 3: Timeline; 4: TacticQuery; 5: build identity
 
 struct Buffer {
   void* data = nullptr;  // in the backend's memory

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "backends/build_identity.h"
 #include "backends/cpu/cpu_backend.h"
 #include "core/module_folder.h"
 #include "runtime/devices.h"
@@ -28,7 +29,10 @@ using cpu::cpu_backend;
 namespace {
 
 // The entry point libtensoracle_cuda.so exports (backends/cuda/cuda_backend.cpp).
-using CudaEntry = const Backend* (*)(int abi_version, int device_index, char* error, std::size_t error_size);
+// abi_version and build_identity (backends/build_identity.h) come first: the library refuses a
+// core of another build before it reads anything else.
+using CudaEntry = const Backend* (*)(int abi_version, const char* build_identity, int device_index, char* error,
+                                     std::size_t error_size);
 constexpr const char* kCudaLibrary = "libtensoracle_cuda.so";
 constexpr const char* kCudaEntry = "tensoracle_cuda_backend";
 
@@ -85,7 +89,7 @@ const Backend& cuda_backend(int index) {
   static const CudaLibrary lib = open_cuda_library();
   if (lib.entry == nullptr) throw BuildError("[cuda] " + lib.error);
   char error[1024] = {};
-  const Backend* backend = lib.entry(kBackendAbiVersion, index, error, sizeof error);
+  const Backend* backend = lib.entry(kBackendAbiVersion, backends::build_identity(), index, error, sizeof error);
   if (backend == nullptr) throw BuildError(std::string("[cuda] ") + error);
   return *backend;
 }

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,7 @@
 #include "graph/ops.h"
 #include "plugin/instance.h"
 #include "backends/backend.h"
+#include "backends/build_identity.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::cuda {
@@ -151,7 +153,7 @@ std::array<CudaBackend*, 64> g_backends{};
 // The entry point the core's loader (runtime/devices.cpp) calls: the backend of device
 // `index` (-1: the calling thread's current device), or null with the reason in `error`.
 extern "C" __attribute__((visibility("default"))) const tensoracle::backends::Backend* tensoracle_cuda_backend(
-    int abi_version, int index, char* error, std::size_t error_size) {
+    int abi_version, const char* build_identity, int index, char* error, std::size_t error_size) {
   using namespace tensoracle::backends;
   using tensoracle::cuda::CudaBackend;
   using tensoracle::cuda::g_backends;
@@ -163,6 +165,11 @@ extern "C" __attribute__((visibility("default"))) const tensoracle::backends::Ba
   if (abi_version != kBackendAbiVersion)
     return fail("libtensoracle_cuda.so speaks backend interface version " + std::to_string(kBackendAbiVersion) +
                 ", the core version " + std::to_string(abi_version) + ": they come from different builds of tensoracle");
+  if (build_identity == nullptr || std::strcmp(build_identity, tensoracle::backends::build_identity()) != 0)
+    return fail(std::string("libtensoracle_cuda.so was built from other sources than this core (build identity ") +
+                tensoracle::backends::build_identity() + ", the core's " + (build_identity ? build_identity : "none") +
+                "): the core passes C++ objects to it, so both must come from one build of tensoracle; rebuild or "
+                "reinstall them together");
   try {
     int count = 0;
     if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
