@@ -5,6 +5,7 @@
 #include <string_view>
 #include <variant>
 
+#include "backends/cpu/op_kernel.h"
 #include "graph/op.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/network.h"
@@ -227,6 +228,21 @@ TEST(OpRegistry, OneUnitPerLayerTypeInOrder) {
   EXPECT_EQ(back.stride, pool.stride);
   EXPECT_EQ(back.padding_mode, pool.padding_mode);
   EXPECT_THROW(op.from_json(nlohmann::json{{"type", "NOT_A_POOL"}}), CorruptEngineError);
+}
+
+// The CPU backend's table (backends/cpu/ops/registry.cpp): an entry per kind that runs, in
+// LayerType order, each with a kernel; none for input and constant.
+TEST(OpRegistry, CpuKernelPerLayerTypeInOrder) {
+  for (std::size_t i = 0; i < std::variant_size_v<LayerParams>; ++i) {
+    const auto type = static_cast<LayerType>(i);
+    const cpu::OpKernel* op = cpu::op_kernel(type);
+    const bool runs = type != LayerType::kINPUT && type != LayerType::kCONSTANT;
+    ASSERT_EQ(op != nullptr, runs) << layer_type_name(type);
+    if (!op) continue;
+    EXPECT_EQ(op->type, type) << layer_type_name(type);
+    EXPECT_NE(op->run, nullptr) << layer_type_name(type);
+  }
+  EXPECT_THROW(cpu::op_kernel(static_cast<LayerType>(std::variant_size_v<LayerParams>)), InvalidArgument);
 }
 
 // Dims arithmetic on hostile sizes is refused with a message (found by fuzz_engine_plan: each

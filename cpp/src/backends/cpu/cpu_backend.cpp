@@ -1,5 +1,6 @@
 // The CPU backend: runs every layer in every type, on host memory, with the kernels of
-// kernels.h. A node's epilogue runs as in-order pointwise passes over scratch buffers, so
+// kernels.h. A node's own op runs through its kind's entry (op_kernel.h, ops/registry.cpp) or
+// oneDNN (onednn.h); its epilogue runs as in-order pointwise passes over scratch buffers, so
 // every intermediate value is rounded to its declared type exactly as if unfused.
 #include <cblas.h>
 #include <sys/utsname.h>
@@ -9,11 +10,11 @@
 #include <fstream>
 #include <new>
 #include <sstream>
-#include <tuple>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/onednn.h"
+#include "backends/cpu/op_kernel.h"
 #include "core/text.h"
 #include "plugin/instance.h"
 #include "backends/plugin_node.h"
@@ -26,17 +27,10 @@ using namespace backends;
 
 namespace {
 
-cpu::TensorRef ref(const Buffer& b) { return {b.data, b.type, b.dims}; }
-
 std::size_t bytes_of(const graph::TensorDesc& d, const Dims& dims) {
   auto v = dims.volume();
   return v < 0 ? 0 : static_cast<std::size_t>(v) * element_size(d.type);
 }
-
-constexpr std::size_t kAlign = 64;
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
 // The network-level input and output descriptions of plugin node `n` (all its outputs).
 std::pair<std::vector<PluginTensorDesc>, std::vector<PluginTensorDesc>> plugin_node_descs(const graph::Graph& g,
@@ -49,16 +43,10 @@ std::pair<std::vector<PluginTensorDesc>, std::vector<PluginTensorDesc>> plugin_n
 
 class CpuNodeKernel final : public NodeKernel {
  public:
-  CpuNodeKernel(const graph::Graph& g, const graph::Node& n) : node_(n), accel_(cpu::onednn::make(g, n)) {
+  CpuNodeKernel(const graph::Graph& g, const graph::Node& n)
+      : node_(n), op_(cpu::op_kernel(n.type())), accel_(cpu::onednn::make(g, n)) {
     for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
-    if (std::holds_alternative<PoolingParams>(n.params) && n.tactic == cpu::onednn::kPoolTacticChannelsLast) {
-      // Only where the builder writes it (onednn.h): an engine file's tactic is not trusted.
-      const std::string why = cpu::onednn::pooling_channels_last_refusal(g, n);
-      if (!why.empty())
-        throw CorruptEngineError("[cpu] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
-                                 " (malformed engine)");
-      pool_channels_last_ = true;
-    }
+    if (op_ && op_->prepare) state_ = op_->prepare(g, n);
   }
 
   // Dims of the main op's result and of each epilogue value, for the given inputs.
@@ -133,35 +121,9 @@ class CpuNodeKernel final : public NodeKernel {
   // Scratch of the node's own op (before the epilogue), at these input shapes.
   std::size_t main_workspace(std::span<const Buffer> in) const {
     const graph::TensorDesc out = chain_main(in);
-    cpu::TensorRef o{nullptr, out.type, out.dims};
-    switch (node_.type()) {
-      case LayerType::kMATRIX_MULTIPLY: {
-        if (node_.quantized()) {
-          auto [a, b, rest] = dequantized_operands(in, nullptr);
-          return rest + cpu::matmul_workspace_bytes(std::get<MatrixMultiplyParams>(node_.params), a, b);
-        }
-        return cpu::matmul_workspace_bytes(std::get<MatrixMultiplyParams>(node_.params), ref(in[0]), ref(in[1]));
-      }
-      case LayerType::kCONVOLUTION:
-        return cpu::convolution_workspace_bytes(std::get<ConvolutionParams>(node_.params), ref(in[0]), o);
-      case LayerType::kDECONVOLUTION:
-        return cpu::deconvolution_workspace_bytes(std::get<DeconvolutionParams>(node_.params), ref(in[0]), o);
-      case LayerType::kEINSUM: {
-        std::vector<cpu::TensorRef> refs;
-        for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
-        return cpu::einsum_workspace_bytes(std::get<EinsumParams>(node_.params), refs, o);
-      }
-      case LayerType::kPLUGIN: {
-        const auto& p = std::get<PluginParams>(node_.params);
-        std::size_t bytes = 0;
-        with_prefix("[cpu] layer '" + node_.name + "': ", [&] {
-          bytes = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CPU, plugin_descs(in, node_.inputs.size()),
-                                   std::max(p.output, 0), kAlign).workspace;
-        });
-        return bytes;
-      }
-      default: return 0;
-    }
+    if (!op_ || !op_->workspace) return 0;
+    const Buffer o{nullptr, out.type, out.dims};
+    return op_->workspace(cpu::OpCall{node_, state_.get(), in, o, nullptr});
   }
 
   graph::TensorDesc chain_main(std::span<const Buffer> in) const {
@@ -170,124 +132,15 @@ class CpuNodeKernel final : public NodeKernel {
     return graph::infer_main(node_, main_in, facts_);
   }
 
-  // A quantized matrix multiply's operands dequantized into the start of `ws` (null: only
-  // sized), and the bytes they take; the product then runs on them as an unfused graph would.
-  std::tuple<cpu::TensorRef, cpu::TensorRef, std::size_t> dequantized_operands(std::span<const Buffer> in, std::byte* ws) const {
-    const DataType t = node_.main_desc.type;
-    cpu::TensorRef a{ws, t, in[0].dims};
-    const std::size_t a_bytes = align_up(bytes_of({t, in[0].dims}, in[0].dims));
-    cpu::TensorRef b{ws ? ws + a_bytes : nullptr, t, in[1].dims};
-    const std::size_t b_bytes = align_up(bytes_of({t, in[1].dims}, in[1].dims));
-    if (ws) {
-      cpu::dequantize(ref(in[0]), ref(in[2]), 0, a);
-      cpu::dequantize(ref(in[1]), ref(in[3]), 0, b);
-    }
-    return {a, b, a_bytes + b_bytes};
-  }
-
   void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws) const {
-    std::visit(
-        [&](const auto& p) {
-          using P = std::decay_t<decltype(p)>;
-          if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
-            if (node_.quantized()) {
-              auto [a, b, used] = dequantized_operands(in, ws);
-              cpu::matmul(p, a, b, ref(out), ws + used);
-            } else {
-              cpu::matmul(p, ref(in[0]), ref(in[1]), ref(out), ws);
-            }
-          } else if constexpr (std::is_same_v<P, ElementWiseParams>) {
-            cpu::elementwise(p.op, ref(in[0]), ref(in[1]), ref(out));
-          } else if constexpr (std::is_same_v<P, ActivationParams>) {
-            cpu::activation(p, ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, CastParams>) {
-            cpu::cast(ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, QuantizeParams>) {
-            cpu::quantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out));
-          } else if constexpr (std::is_same_v<P, DequantizeParams>) {
-            cpu::dequantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out));
-          } else if constexpr (std::is_same_v<P, ShuffleParams>) {
-            if (node_.inputs.size() > 1) {  // reshape dims from a shape tensor: the output's dims say them
-              ShuffleParams q = p;
-              q.reshape_dims = out.dims;
-              cpu::shuffle(q, ref(in[0]), ref(out));
-            } else {
-              cpu::shuffle(p, ref(in[0]), ref(out));
-            }
-          } else if constexpr (std::is_same_v<P, ShapeParams>) {
-            auto* y = static_cast<std::int64_t*>(out.data);
-            for (int i = 0; i < in[0].dims.rank(); ++i) y[i] = in[0].dims[i];
-          } else if constexpr (std::is_same_v<P, IdentityParams>) {
-            cpu::copy(ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, UnaryParams>) {
-            cpu::unary(p.op, ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, ReduceParams>) {
-            cpu::reduce(p, ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, SoftmaxParams>) {
-            cpu::softmax(graph::softmax_axis(p, in[0].dims.rank()), ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, NormalizationParams>) {
-            cpu::normalization(p, ref(in[0]), ref(in[1]), ref(in[2]), ref(out));
-          } else if constexpr (std::is_same_v<P, ConvolutionParams>) {
-            cpu::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cpu::TensorRef{};
-            cpu::convolution(p, ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws);
-          } else if constexpr (std::is_same_v<P, DeconvolutionParams>) {
-            cpu::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cpu::TensorRef{};
-            cpu::deconvolution(p, ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws);
-          } else if constexpr (std::is_same_v<P, PoolingParams>) {
-            if (pool_channels_last_) cpu::pooling_channels_last(p, ref(in[0]), ref(out));
-            else cpu::pooling(p, ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, ConcatenationParams>) {
-            std::vector<cpu::TensorRef> refs;
-            for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
-            cpu::concatenation(graph::concat_axis(p, in[0].dims.rank()), refs, ref(out));
-          } else if constexpr (std::is_same_v<P, SliceParams>) {
-            // Start, size and stride given as shape tensors are read from their (host) buffers.
-            SliceParams q = p;
-            for (int index : {kSliceStart, kSliceSize, kSliceStride}) {
-              int pos = slice_input_position(p, index);
-              if (pos < 0) continue;
-              const Buffer& b = in[static_cast<std::size_t>(pos)];
-              std::vector<std::int64_t> v(static_cast<std::size_t>(std::max<std::int64_t>(0, b.dims.volume())));
-              for (std::size_t i = 0; i < v.size(); ++i)
-                v[i] = b.type == DataType::kINT32 ? static_cast<const std::int32_t*>(b.data)[i]
-                                                  : static_cast<const std::int64_t*>(b.data)[i];
-              (index == kSliceStart ? q.start : index == kSliceSize ? q.size : q.stride) = Dims(std::span<const std::int64_t>(v));
-            }
-            int fill_pos = slice_input_position(p, kSliceFill);
-            cpu::TensorRef fill = fill_pos >= 0 ? ref(in[static_cast<std::size_t>(fill_pos)]) : cpu::TensorRef{};
-            cpu::slice(q, ref(in[0]), fill_pos >= 0 ? &fill : nullptr, ref(out));
-          } else if constexpr (std::is_same_v<P, GatherParams>) {
-            cpu::gather(p, ref(in[0]), ref(in[1]), ref(out));
-          } else if constexpr (std::is_same_v<P, TopKParams>) {
-            cpu::topk(p, ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, SelectParams>) {
-            cpu::select(ref(in[0]), ref(in[1]), ref(in[2]), ref(out));
-          } else if constexpr (std::is_same_v<P, PaddingParams>) {
-            cpu::padding(p, ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, ResizeParams>) {
-            cpu::resize(p, ref(in[0]), ref(out));
-          } else if constexpr (std::is_same_v<P, EinsumParams>) {
-            std::vector<cpu::TensorRef> refs;
-            for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
-            cpu::einsum(p, refs, ref(out), ws);
-          } else if constexpr (std::is_same_v<P, PluginParams>) {
-            run_plugin(p, in, out, ws);
-          } else {
-            throw BuildError("[cpu] node '" + node_.name + "': no kernel for this layer type");
-          }
-        },
-        node_.params);
-  }
-
-  // A plugin node: all the plugin's outputs are written, the ones this node does not keep into
-  // the workspace after the plugin's own scratch.
-  void run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws) const {
-    run_plugin_node("cpu", node_, p, TENSORACLE_BACKEND_CPU, kAlign, in, out, ws, [&](auto... args) { p.plugin->enqueue_cpu(args...); });
+    if (!op_ || !op_->run) throw BuildError("[cpu] node '" + node_.name + "': no kernel for this layer type");
+    op_->run(cpu::OpCall{node_, state_.get(), in, out, ws});
   }
 
   graph::Node node_;
+  const cpu::OpKernel* op_;  // the node's kind's entry (null: input, constant)
+  std::unique_ptr<cpu::OpState> state_;  // what op_->prepare kept
   std::unique_ptr<cpu::onednn::Accelerated> accel_;  // null: the generic kernels
-  bool pool_channels_last_ = false;  // tactic cpu.pooling.nhwc: reads and writes channels-last values
   std::vector<graph::InputFacts> facts_;
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -87,5 +88,16 @@ void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& 
     if (n > 0) activation_typed<decltype(tag)>(p, x, out, n);
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kActivationKernel = {
+    LayerType::kACTIVATION, nullptr, nullptr, [](const OpCall& c) {
+      activation(std::get<ActivationParams>(c.node.params), ref(c.in[0]), ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

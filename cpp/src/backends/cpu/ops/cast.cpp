@@ -11,6 +11,7 @@
 
 #include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -135,5 +136,14 @@ void cast(const TensorRef& x, const TensorRef& out) {
     });
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kCastKernel = {LayerType::kCAST, nullptr, nullptr,
+                                    [](const OpCall& c) { cast(ref(c.in[0]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

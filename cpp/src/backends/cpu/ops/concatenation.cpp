@@ -10,6 +10,8 @@
 #include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
+#include "graph/ops.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -61,5 +63,17 @@ void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef&
       },
       std::max<i64>(1, (i64{1} << 18) / std::max<i64>(1, row)));
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kConcatenationKernel = {
+    LayerType::kCONCATENATION, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<ConcatenationParams>(c.node.params);
+      concatenation(graph::concat_axis(p, c.in[0].dims.rank()), input_refs(c), ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "backends/cpu/window_util.h"
 #include "graph/ops.h"
@@ -379,5 +380,22 @@ void convolution(const ConvolutionParams& p, const TensorRef& x, const TensorRef
     else conv_gemm<Tr>(g, path, x, kernel, bias, out, static_cast<float*>(workspace));
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kConvolutionKernel = {
+    LayerType::kCONVOLUTION, nullptr,
+    [](const OpCall& c) {
+      return convolution_workspace_bytes(std::get<ConvolutionParams>(c.node.params), ref(c.in[0]), ref(c.out));
+    },
+    [](const OpCall& c) {
+      TensorRef bias = c.node.inputs.size() > 2 ? ref(c.in[2]) : TensorRef{};
+      convolution(std::get<ConvolutionParams>(c.node.params), ref(c.in[0]), ref(c.in[1]),
+                  c.node.inputs.size() > 2 ? &bias : nullptr, ref(c.out), c.workspace);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

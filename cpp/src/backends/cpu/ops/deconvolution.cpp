@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "backends/cpu/window_util.h"
 #include "graph/ops.h"
@@ -181,5 +182,22 @@ void deconvolution(const DeconvolutionParams& p, const TensorRef& x, const Tenso
     deconv_gemm<Tr>(g, x, kernel, bias, out, static_cast<float*>(workspace));
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kDeconvolutionKernel = {
+    LayerType::kDECONVOLUTION, nullptr,
+    [](const OpCall& c) {
+      return deconvolution_workspace_bytes(std::get<DeconvolutionParams>(c.node.params), ref(c.in[0]), ref(c.out));
+    },
+    [](const OpCall& c) {
+      TensorRef bias = c.node.inputs.size() > 2 ? ref(c.in[2]) : TensorRef{};
+      deconvolution(std::get<DeconvolutionParams>(c.node.params), ref(c.in[0]), ref(c.in[1]),
+                    c.node.inputs.size() > 2 ? &bias : nullptr, ref(c.out), c.workspace);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -14,6 +14,7 @@
 #include "backends/common/einsum_plan.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "graph/ops.h"
 #include "tensoracle/errors.h"
@@ -169,5 +170,16 @@ void einsum(const EinsumParams& p, std::span<const TensorRef> inputs, const Tens
   backends::common::einsum_c_strides(plan, cstride);
   permute_reduce(C, DataType::kFLOAT, plan.out, cstride, "", plan, out.data, type);
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kEinsumKernel = {
+    LayerType::kEINSUM, nullptr,
+    [](const OpCall& c) { return einsum_workspace_bytes(std::get<EinsumParams>(c.node.params), input_refs(c), ref(c.out)); },
+    [](const OpCall& c) { einsum(std::get<EinsumParams>(c.node.params), input_refs(c), ref(c.out), c.workspace); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

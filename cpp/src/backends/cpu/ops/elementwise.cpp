@@ -8,6 +8,7 @@
 
 #include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -188,5 +189,16 @@ void elementwise(ElementWiseOperation op, const TensorRef& a, const TensorRef& b
     default: unsupported_op(op, a.type);
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kElementwiseKernel = {
+    LayerType::kELEMENTWISE, nullptr, nullptr, [](const OpCall& c) {
+      elementwise(std::get<ElementWiseParams>(c.node.params).op, ref(c.in[0]), ref(c.in[1]), ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

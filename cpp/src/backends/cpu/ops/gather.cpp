@@ -13,6 +13,7 @@
 #include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -159,5 +160,15 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
     fail("gather: index " + num(bad.value) + " is out of range for a dimension of size " + num(bad.dim) + " (valid: [" +
          num(-bad.dim) + ", " + num(bad.dim) + "))");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kGatherKernel = {
+    LayerType::kGATHER, nullptr, nullptr,
+    [](const OpCall& c) { gather(std::get<GatherParams>(c.node.params), ref(c.in[0]), ref(c.in[1]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

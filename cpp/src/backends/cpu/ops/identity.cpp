@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -25,5 +26,14 @@ void copy(const TensorRef& x, const TensorRef& out) {
       [&](std::int64_t b, std::int64_t e) { std::memcpy(dst + b, src + b, static_cast<std::size_t>(e - b)); },
       std::int64_t{4} << 20);
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kIdentityKernel = {LayerType::kIDENTITY, nullptr, nullptr,
+                                        [](const OpCall& c) { copy(ref(c.in[0]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

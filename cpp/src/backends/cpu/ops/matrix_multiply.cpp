@@ -9,9 +9,11 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "core/numeric.h"
 #include "tensoracle/errors.h"
@@ -218,5 +220,55 @@ void matmul(const MatrixMultiplyParams& p, const TensorRef& a, const TensorRef& 
     narrow<core::float_to_bf16>(wc, out.data, n);
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+std::size_t bytes_of(const graph::TensorDesc& d, const Dims& dims) {
+  auto v = dims.volume();
+  return v < 0 ? 0 : static_cast<std::size_t>(v) * element_size(d.type);
+}
+
+// A quantized matrix multiply's operands dequantized into the start of `ws` (null: only
+// sized), and the bytes they take; the product then runs on them as an unfused graph would.
+std::tuple<TensorRef, TensorRef, std::size_t> dequantized_operands(const OpCall& c, std::byte* ws) {
+  const DataType t = c.node.main_desc.type;
+  TensorRef a{ws, t, c.in[0].dims};
+  const std::size_t a_bytes = align_up(bytes_of({t, c.in[0].dims}, c.in[0].dims));
+  TensorRef b{ws ? ws + a_bytes : nullptr, t, c.in[1].dims};
+  const std::size_t b_bytes = align_up(bytes_of({t, c.in[1].dims}, c.in[1].dims));
+  if (ws) {
+    dequantize(ref(c.in[0]), ref(c.in[2]), 0, a);
+    dequantize(ref(c.in[1]), ref(c.in[3]), 0, b);
+  }
+  return {a, b, a_bytes + b_bytes};
+}
+
+}  // namespace
+
+extern const OpKernel kMatrixMultiplyKernel = {
+    LayerType::kMATRIX_MULTIPLY, nullptr,
+    [](const OpCall& c) {
+      const auto& p = std::get<MatrixMultiplyParams>(c.node.params);
+      if (c.node.quantized()) {
+        auto [a, b, rest] = dequantized_operands(c, nullptr);
+        return rest + matmul_workspace_bytes(p, a, b);
+      }
+      return matmul_workspace_bytes(p, ref(c.in[0]), ref(c.in[1]));
+    },
+    [](const OpCall& c) {
+      const auto& p = std::get<MatrixMultiplyParams>(c.node.params);
+      if (c.node.quantized()) {
+        auto [a, b, used] = dequantized_operands(c, c.workspace);
+        matmul(p, a, b, ref(c.out), c.workspace + used);
+      } else {
+        matmul(p, ref(c.in[0]), ref(c.in[1]), ref(c.out), c.workspace);
+      }
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

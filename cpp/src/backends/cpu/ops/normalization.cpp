@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "backends/cpu/reduce_util.h"
 
@@ -309,5 +310,16 @@ void normalization(const NormalizationParams& p, const TensorRef& x, const Tenso
                     bi.data());
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kNormalizationKernel = {
+    LayerType::kNORMALIZATION, nullptr, nullptr, [](const OpCall& c) {
+      normalization(std::get<NormalizationParams>(c.node.params), ref(c.in[0]), ref(c.in[1]), ref(c.in[2]), ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -7,6 +7,7 @@
 #include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -33,5 +34,15 @@ void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out) {
   }
   table_copy(x, out, table, nullptr, "padding");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kPaddingKernel = {
+    LayerType::kPADDING, nullptr, nullptr,
+    [](const OpCall& c) { padding(std::get<PaddingParams>(c.node.params), ref(c.in[0]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -6,13 +6,17 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
+#include "backends/cpu/onednn.h"
 #include "backends/cpu/window_util.h"
+#include "tensoracle/errors.h"
 
 namespace tensoracle::cpu {
 
@@ -288,5 +292,35 @@ void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out) {
 void pooling_channels_last(const PoolingParams& p, const TensorRef& x, const TensorRef& out) {
   run_pooling(p, x, out, true);
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+// Tactic cpu.pooling.nhwc (onednn.h): the node reads and writes channels-last values.
+struct PoolingState final : OpState {};
+
+std::unique_ptr<OpState> prepare_pooling(const graph::Graph& g, const graph::Node& n) {
+  if (n.tactic != onednn::kPoolTacticChannelsLast) return nullptr;
+  // Only where the builder writes it (onednn.h): an engine file's tactic is not trusted.
+  const std::string why = onednn::pooling_channels_last_refusal(g, n);
+  if (!why.empty())
+    throw CorruptEngineError("[cpu] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
+                             " (malformed engine)");
+  return std::make_unique<PoolingState>();
+}
+
+}  // namespace
+
+extern const OpKernel kPoolingKernel = {
+    LayerType::kPOOLING, prepare_pooling, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<PoolingParams>(c.node.params);
+      if (c.state) pooling_channels_last(p, ref(c.in[0]), ref(c.out));
+      else pooling(p, ref(c.in[0]), ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -9,6 +9,7 @@
 
 #include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "core/numeric.h"
 
@@ -102,5 +103,29 @@ void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const Tens
     else run_scaled<FP8, Out>(x.data, out.data, n, c, s, f);
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+}  // namespace
+
+extern const OpKernel kQuantizeKernel = {
+    LayerType::kQUANTIZE, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<QuantizeParams>(c.node.params);
+      quantize(ref(c.in[0]), ref(c.in[1]), norm_axis(p.axis, c.in[0].dims.rank()), ref(c.out));
+    }};
+
+extern const OpKernel kDequantizeKernel = {
+    LayerType::kDEQUANTIZE, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<DequantizeParams>(c.node.params);
+      dequantize(ref(c.in[0]), ref(c.in[1]), norm_axis(p.axis, c.in[0].dims.rank()), ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

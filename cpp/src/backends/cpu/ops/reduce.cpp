@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "backends/cpu/reduce_util.h"
 
@@ -323,5 +324,15 @@ void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out) {
     default: fail(std::string("reduce: ") + reduce_name(p.op) + " does not take " + tn(x.type));
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kReduceKernel = {
+    LayerType::kREDUCE, nullptr, nullptr,
+    [](const OpCall& c) { reduce(std::get<ReduceParams>(c.node.params), ref(c.in[0]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

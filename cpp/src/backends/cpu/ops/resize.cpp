@@ -12,6 +12,7 @@
 #include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -222,5 +223,15 @@ void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out) {
     }
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kResizeKernel = {
+    LayerType::kRESIZE, nullptr, nullptr,
+    [](const OpCall& c) { resize(std::get<ResizeParams>(c.node.params), ref(c.in[0]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -6,6 +6,7 @@
 #include "backends/common/pointwise_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -57,5 +58,15 @@ void select(const TensorRef& condition, const TensorRef& then_input, const Tenso
         std::max<i64>(1, kParallelMin / std::max<i64>(1, inner)));
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kSelectKernel = {
+    LayerType::kSELECT, nullptr, nullptr,
+    [](const OpCall& c) { select(ref(c.in[0]), ref(c.in[1]), ref(c.in[2]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -10,6 +10,7 @@
 
 #include "backends/common/index_checks.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "tensoracle/errors.h"
 
@@ -192,5 +193,23 @@ void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out) {
     transpose(tmp.data(), out.data, reshaped, p.second_transpose, esize, n);
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kShuffleKernel = {
+    LayerType::kSHUFFLE, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<ShuffleParams>(c.node.params);
+      if (c.node.inputs.size() > 1) {  // reshape dims from a shape tensor: the output's dims say them
+        ShuffleParams q = p;
+        q.reshape_dims = c.out.dims;
+        shuffle(q, ref(c.in[0]), ref(c.out));
+      } else {
+        shuffle(p, ref(c.in[0]), ref(c.out));
+      }
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -9,6 +9,7 @@
 #include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 
 namespace tensoracle::cpu {
@@ -61,5 +62,27 @@ void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, cons
   }
   table_copy(x, out, table, fill_value, "slice");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kSliceKernel = {
+    LayerType::kSLICE, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<SliceParams>(c.node.params);
+      // Start, size and stride given as shape tensors are read from their (host) buffers.
+      const SliceParams q = backends::common::slice_bounds(p, c.in, [](const backends::Buffer& b) {
+        std::vector<std::int64_t> v(static_cast<std::size_t>(std::max<std::int64_t>(0, b.dims.volume())));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          v[i] = b.type == DataType::kINT32 ? static_cast<const std::int32_t*>(b.data)[i]
+                                            : static_cast<const std::int64_t*>(b.data)[i];
+        return Dims(std::span<const std::int64_t>(v));
+      });
+      int fill_pos = slice_input_position(p, kSliceFill);
+      TensorRef fill = fill_pos >= 0 ? ref(c.in[static_cast<std::size_t>(fill_pos)]) : TensorRef{};
+      slice(q, ref(c.in[0]), fill_pos >= 0 ? &fill : nullptr, ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

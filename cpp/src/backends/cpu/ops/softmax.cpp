@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
+#include "graph/ops.h"
 #include "backends/cpu/kernels_util.h"
 #include "backends/cpu/reduce_util.h"
 
@@ -156,5 +158,16 @@ void softmax(int axis, const TensorRef& x, const TensorRef& out) {
     else softmax_columns<FT>(xp, op, outer, x.dims[axis], inner);
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kSoftmaxKernel = {
+    LayerType::kSOFTMAX, nullptr, nullptr, [](const OpCall& c) {
+      softmax(graph::softmax_axis(std::get<SoftmaxParams>(c.node.params), c.in[0].dims.rank()), ref(c.in[0]), ref(c.out));
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -12,6 +12,7 @@
 #include "backends/common/index_checks.h"
 #include "backends/cpu/index_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "core/numeric.h"
 
@@ -97,5 +98,15 @@ void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out) {
     default: fail("topk: input type " + tn(x.type) + " is not supported");
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kTopkKernel = {
+    LayerType::kTOPK, nullptr, nullptr,
+    [](const OpCall& c) { topk(std::get<TopKParams>(c.node.params), ref(c.in[0]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu

@@ -7,6 +7,7 @@
 
 #include "backends/common/pointwise_checks.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/kernels_util.h"
 #include "backends/cpu/reduce_util.h"
 
@@ -105,5 +106,15 @@ void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out) {
     default: backends::common::unary_unsupported(detail::kFail, op, x.type);
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kUnaryKernel = {
+    LayerType::kUNARY, nullptr, nullptr,
+    [](const OpCall& c) { unary(std::get<UnaryParams>(c.node.params).op, ref(c.in[0]), ref(c.out)); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cpu
