@@ -57,6 +57,7 @@
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
+#include "graph/graph.h"
 
 namespace tensoracle::cuda {
 
@@ -67,6 +68,10 @@ inline constexpr std::size_t kChunkBytes = std::size_t{256} << 20;
 // The workspace a channels-last cuDNN plan of `s` (s.channels_last > 0) needs beside cuDNN's
 // own: its three copies, each 256-byte aligned, and the alignment after cuDNN's part.
 std::size_t channels_last_copy_bytes(const CudnnConvShape& s);
+
+// A convolution applies the activation its epilogue starts with (on the cuDNN path in the same
+// pass as its bias).
+std::optional<ActivationParams> conv_activation(const graph::Node& n);
 
 class StridedGemm;  // window_util.cuh: strided-batched cuBLASLt GEMMs with arbitrary leading dims
 

@@ -1,6 +1,5 @@
-// The CUDA backend's node kernels (node_kernel.h): per-layer dispatch of a node's own op, the
-// fused fp8 GEMM with its fallback, plugins, and the epilogue passes after the main op. A
-// node's epilogue runs as in-order pointwise passes over scratch buffers, as on the CPU, except
+// The CUDA backend's node kernels (node_kernel.h): a node's own op through its kind's entry
+// (op_kernel.h, ops/registry.cu), and the epilogue passes after it. A node's epilogue runs as in-order pointwise passes over scratch buffers, as on the CPU, except
 // a bias row and ReLU / GELU (tanh) after a matrix multiply, which cuBLASLt's own epilogue
 // applies, and an activation after a convolution, which the convolution applies (after cuDNN,
 // in one pass with its bias).
@@ -10,25 +9,19 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "backends/cuda/conv.h"
-#include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/fp8_gemm.h"
 #include "backends/cuda/gemm.h"
-#include "backends/cuda/gemm_tactic.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layouts.h"
+#include "backends/cuda/op_kernel.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
-#include "plugin/instance.h"
 #include "backends/backend.h"
-#include "backends/plugin_node.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle::cuda {
@@ -81,17 +74,7 @@ std::optional<cuda::Fp8Epilogue> fused_fp8_epilogue(const graph::Graph& g, const
   return cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE;
 }
 
-std::optional<ActivationParams> conv_activation(const graph::Node& n) {
-  if (n.epilogue.empty()) return std::nullopt;
-  if (const auto* a = std::get_if<ActivationParams>(&n.epilogue[0].params)) return *a;
-  return std::nullopt;
-}
-
 namespace {
-
-cuda::TensorRef ref(const Buffer& b) { return {b.data, b.type, b.dims}; }
-
-int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
 class CudaNodeKernel final : public NodeKernel {
  public:
@@ -105,29 +88,9 @@ class CudaNodeKernel final : public NodeKernel {
 
   // Scratch of the node's own op at these shapes (`main` describes its result).
   std::size_t main_workspace(std::span<const Buffer> in, const graph::TensorDesc& main) const {
-    const cuda::TensorRef o{nullptr, main.type, main.dims};
-    // The fused fp8 GEMM's fallback: cuBLASLt's scratch, then its float16 result; the table's
-    // input (every float16 value) uses the same room on the first run.
-    if (gemm_ && fp8_)
-      return align_up(gemm_->workspace_bytes(ref(in[0]), ref(in[1]), o)) + std::max<std::size_t>(bytes_of(main), 65536 * 2);
-    if (gemm_) return gemm_->workspace_bytes(ref(in[0]), ref(in[1]), o);
-    if (conv_) return conv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
-    if (deconv_) return deconv_->workspace_bytes(ref(in[0]), ref(in[1]), o);
-    if (einsum_) {
-      std::vector<cuda::TensorRef> refs;
-      for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
-      return einsum_->workspace_bytes(refs, o);
-    }
-    if (reduce_split_) return cuda::reduce_split_workspace_bytes();
-    if (const auto* p = std::get_if<PluginParams>(&node_.params)) {
-      std::size_t bytes = 0;
-      with_prefix("[cuda] layer '" + node_.name + "': ", [&] {
-        bytes = plan_plugin_call(*p->plugin, TENSORACLE_BACKEND_CUDA, plugin_descs(in, node_.inputs.size()),
-                                 std::max(p->output, 0), kAlign).workspace;
-      });
-      return bytes;
-    }
-    return 0;
+    if (!op_ || !op_->workspace) return 0;
+    const Buffer o{nullptr, main.type, main.dims};
+    return op_->workspace(cuda::OpCall{node_, state_.get(), in, o, nullptr, nullptr});
   }
 
   // The node's own scratch, then the epilogue passes' intermediate results: two buffers that
@@ -172,120 +135,31 @@ class CudaNodeKernel final : public NodeKernel {
   }
 
   void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const override;
-  ~CudaNodeKernel() override;
 
  private:
   void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
-  void run_fused_fp8(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
-  // The fused fp8 GEMM's table, built on `s` the first time (`scratch`: 128 KiB); null while `s`
-  // is capturing a graph before that (the run then takes the unfused path).
-  const void* fp8_table(const cuda::TensorRef& quantize_scale, void* scratch, cudaStream_t s) const;
-  void run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
 
   const Device& device_;
   graph::Node node_;
   std::vector<graph::InputFacts> facts_;
-  std::unique_ptr<cuda::Gemm> gemm_;
-  std::unique_ptr<cuda::ConvolutionKernel> conv_;
-  std::unique_ptr<cuda::DeconvolutionKernel> deconv_;
-  std::unique_ptr<cuda::EinsumKernel> einsum_;
+  const cuda::OpKernel* op_;  // the node's kind's entry (null: none runs on CUDA)
+  std::unique_ptr<cuda::OpState> state_;  // what op_->prepare made (a cuda::Gemm, a convolution's kernel, ...)
   std::size_t fused_ = 0;  // epilogue ops the main op applies (cuBLASLt's epilogue, a convolution's activation)
-  std::optional<ActivationParams> conv_act_;  // a convolution's fused activation
   // Layouts (channels_last_value): of the node's result, as the main op writes it and the
   // epilogue passes keep it, and of each of node_.all_inputs().
   bool out_cl_ = false;
   std::vector<bool> operand_cl_;
-  bool reduce_split_ = false;  // tactic cuda.reduce.split: reduce() gets its partials' scratch
-  // Tactic cuda.gemm.sm90.fp8.epilogue<n>: the fused fp8 GEMM and its epilogue's lookup table
-  // (built on the first run, outside stream capture); cuBLASLt and the separate pass where the
-  // kernel does not run (this library or device, the run's shapes or addresses).
-  std::optional<cuda::Fp8Epilogue> fp8_;
-  bool fp8_kernel_ = false;
-  bool fp8_weight_constant_ = false;  // the weight is the engine's: the kernel may load it before the previous node ends
-  mutable std::mutex table_mutex_;
-  mutable void* table_ = nullptr;
-  mutable bool table_ready_ = false;
 };
 
 CudaNodeKernel::CudaNodeKernel(const Device& device, const graph::Graph& g, const graph::Node& n)
-    : device_(device), node_(n) {
+    : device_(device), node_(n), op_(cuda::op_kernel(n.type())) {
   for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
-  if (const auto* c = std::get_if<ConvolutionParams>(&n.params)) {
-    conv_ = std::make_unique<cuda::ConvolutionKernel>(device.lt(), n.name, *c);
-    conv_act_ = conv_activation(n);
-    fused_ = conv_act_ ? 1 : 0;
-    if (n.tactic.starts_with(cuda::kCudnnTacticPrefix)) {
-      cuda::CudnnTactic t;
-      if (!cuda::parse_cudnn_tactic(n.tactic, t))
-        throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's cuDNN convolution is malformed");
-      std::string why;
-      if (t.out_channels_last && !cuda::channels_last_readers_ok(g, n, &why))
-        throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
-                                 " (malformed engine)");
-      out_cl_ = t.out_channels_last;
-      try {
-        if (t.config == cuda::kDirectConfig) conv_->use_direct(t.shape);  // the backend's own kernel
-        else conv_->use_cudnn(device.dnn(), t.shape, t.config, t.workspace);
-      } catch (const CorruptEngineError&) {
-        throw;
-      } catch (const Error&) {
-        // cuDNN missing here, or its configuration does not build with this cuDNN: the backend's
-        // own convolution (same results within float32 rounding; slower).
-      }
-    }
-    conv_->set_layouts(cuda::channels_last_value(g, n.inputs[0]), out_cl_);
-  }
   for (int v : n.all_inputs()) operand_cl_.push_back(cuda::channels_last_value(g, v));
-  if (std::holds_alternative<PoolingParams>(n.params)) {
-    // "cuda.pooling/o:1" only where the builder writes it: a channels-last input, readers that
-    // take the value so (pooling_chain_output).
-    if (n.tactic == cuda::kPoolingChannelsLastTactic) {
-      std::string why;
-      if (!operand_cl_[0]) why = "its input is not";
-      else cuda::channels_last_readers_ok(g, n, &why);
-      if (!why.empty())
-        throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
-                                 " (malformed engine)");
-      out_cl_ = true;
-    } else if (!n.tactic.empty() && n.tactic != "cuda.pooling") {
-      throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a pooling's (malformed engine)");
-    }
-  }
-  if (std::holds_alternative<ReduceParams>(n.params)) {
-    if (n.tactic == kReduceSplitTactic) reduce_split_ = true;
-    else if (!n.tactic.empty() && n.tactic != "cuda.reduce")
-      throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a reduce's (malformed engine)");
-  }
-  if (const auto* d = std::get_if<DeconvolutionParams>(&n.params))
-    deconv_ = std::make_unique<cuda::DeconvolutionKernel>(device.lt(), n.name, *d);
-  if (const auto* e = std::get_if<EinsumParams>(&n.params)) einsum_ = std::make_unique<cuda::EinsumKernel>(device.lt(), n.name, *e);
-  if (const auto* p = std::get_if<MatrixMultiplyParams>(&n.params)) {
-    auto [fused, epilogue] = lt_epilogue(g, n);
-    fused_ = fused;
-    cuda::GemmTactic t;
-    int fp8_ops = 0;
-    if (cuda::parse_fused_fp8_tactic(n.tactic, fp8_ops)) {
-      // Only where the builder writes it: the node's epilogue is the kernel's (fused_fp8_epilogue).
-      fp8_ = fused_fp8_epilogue(g, n);
-      if (!fp8_ || static_cast<std::size_t>(fp8_ops) != n.epilogue.size())
-        throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic +
-                                 "' does not match the node's product and epilogue (malformed engine)");
-      fused_ = n.epilogue.size();
-      fp8_kernel_ = cuda::fused_fp8_gemm_runs_on(device.prop().major, device.prop().minor);
-      fp8_weight_constant_ = g.values[static_cast<std::size_t>(n.inputs[1])].constant.has_value();
-    } else if (!n.tactic.empty() && !cuda::parse_gemm_tactic(n.tactic, t)) {
-      throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic is not a matrix multiply's (malformed engine)");
-    }
-    gemm_ = std::make_unique<cuda::Gemm>(device.lt(), n.name, *p, epilogue,
-                                         n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT,
-                                         static_cast<std::size_t>(std::min<std::uint64_t>(
-                                             t.workspace.value_or(cuda::kGemmWorkspaceBytes), cuda::kGemmWorkspaceBytes)));
-    if (!t.algo.empty()) {
-      cublasLtMatmulAlgo_t algo{};
-      if (!cuda::algo_from_hex(t.algo, algo))
-        throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's GEMM algorithm is malformed");
-      gemm_->prefer(algo);
-    }
+  if (op_ && op_->prepare) {
+    cuda::OpPrepared prepared = op_->prepare(cuda::OpSetup{device, device.lt(), device.dnn(), g, n, operand_cl_});
+    state_ = std::move(prepared.state);
+    fused_ = prepared.fused;
+    out_cl_ = prepared.out_channels_last;
   }
 }
 
@@ -357,144 +231,11 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
   }
 }
 
-CudaNodeKernel::~CudaNodeKernel() { device_.deallocate(table_); }
-
-const void* CudaNodeKernel::fp8_table(const cuda::TensorRef& quantize_scale, void* scratch, cudaStream_t s) const {
-  std::lock_guard lock(table_mutex_);
-  if (table_ready_) return table_;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(s, &capturing), "node '" + node_.name + "': querying the stream");
-  if (capturing != cudaStreamCaptureStatusNone) return nullptr;
-  if (!table_) table_ = device_.allocate(cuda::fp8_epilogue_table_bytes(*fp8_));
-  cuda::build_fp8_epilogue_table(*fp8_, std::get<ActivationParams>(node_.epilogue[1].params), quantize_scale, table_,
-                                 scratch, s);
-  // Other executions' streams use the table from now on.
-  check(cudaStreamSynchronize(s), "node '" + node_.name + "': building the fp8 GEMM's epilogue table");
-  table_ready_ = true;
-  return table_;
-}
-
-void CudaNodeKernel::run_fused_fp8(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const {
-  const cuda::TensorRef a = ref(in[0]), b = ref(in[1]);
-  const std::size_t nin = node_.inputs.size();
-  const void* bias = in[nin].data;
-  const cuda::TensorRef quantize_scale = *fp8_ == cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE ? ref(in[nin + 1]) : cuda::TensorRef{};
-  const cuda::GemmScales scales{in[2].data, in[3].data};
-  const std::int64_t K = a.dims[a.dims.rank() - 1], N = b.dims[0], M = K > 0 ? a.dims.volume() / K : 0;
-  const cuda::TensorRef h{nullptr, DataType::kHALF, out.dims};  // the product with its bias, as the passes read it
-  std::byte* rest = ws + align_up(gemm_->workspace_bytes(a, b, h));
-  if (fp8_kernel_ && cuda::fused_fp8_gemm_fits(M, N, K) && cuda::fused_fp8_gemm_aligned(a.data, b.data, bias, out.data))
-    if (const void* table = fp8_table(quantize_scale, rest, s)) {
-      cuda::fused_fp8_gemm(*fp8_, a.data, b.data, M, N, K, scales.a, scales.b, bias, table, fp8_weight_constant_, out.data,
-                           s, node_.name);
-      return;
-    }
-  const cuda::TensorRef product{rest, DataType::kHALF, out.dims};
-  gemm_->run(a, b, bias, product, ws, s, scales);
-  const auto& act = std::get<ActivationParams>(node_.epilogue[1].params);
-  if (quantize_scale.data) cuda::activation_quantize(act, product, quantize_scale, ref(out), s);
-  else cuda::activation(act, product, ref(out), s);
-}
-
-// Host values of a slice's shape-tensor input (start, size or stride).
-Dims host_dims(const Buffer& b, const std::string& node) {
-  if (!b.host_values)
-    throw UnsupportedError("[cuda] node '" + node + "': slice bounds computed on the device are not supported; derive them "
-                           "from add_shape outputs and constants");
-  return Dims(std::span<const std::int64_t>(*b.host_values));
-}
-
 void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const {
-  std::visit(
-      [&](const auto& p) {
-        using P = std::decay_t<decltype(p)>;
-        if constexpr (std::is_same_v<P, MatrixMultiplyParams>) {
-          if (fp8_) {
-            run_fused_fp8(in, out, ws, s);
-            return;
-          }
-          const void* bias = fused_ > 0 ? in[node_.inputs.size()].data : nullptr;
-          cuda::GemmScales scales;
-          if (node_.quantized()) scales = {in[2].data, in[3].data};
-          gemm_->run(ref(in[0]), ref(in[1]), bias, ref(out), ws, s, scales);
-        } else if constexpr (std::is_same_v<P, ElementWiseParams>) {
-          cuda::elementwise(p.op, ref(in[0]), ref(in[1]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, ActivationParams>) {
-          cuda::activation(p, ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, CastParams>) {
-          cuda::cast(ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, QuantizeParams>) {
-          cuda::quantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out), s);
-        } else if constexpr (std::is_same_v<P, DequantizeParams>) {
-          cuda::dequantize(ref(in[0]), ref(in[1]), norm_axis(p.axis, in[0].dims.rank()), ref(out), s);
-        } else if constexpr (std::is_same_v<P, ShuffleParams>) {
-          ShuffleParams q = p;
-          if (node_.inputs.size() > 1) q.reshape_dims = out.dims;  // dims from a shape tensor: the output's say them
-          cuda::shuffle(q, ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, IdentityParams>) {
-          cuda::copy(ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, UnaryParams>) {
-          cuda::unary(p.op, ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, ReduceParams>) {
-          cuda::reduce(p, ref(in[0]), ref(out), s, reduce_split_ ? ws : nullptr);
-        } else if constexpr (std::is_same_v<P, SoftmaxParams>) {
-          cuda::softmax(graph::softmax_axis(p, in[0].dims.rank()), ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, NormalizationParams>) {
-          cuda::normalization(p, ref(in[0]), ref(in[1]), ref(in[2]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, PoolingParams>) {
-          cuda::pooling(p, ref(in[0]), ref(out), s, operand_cl_[0], out_cl_);
-        } else if constexpr (std::is_same_v<P, ConcatenationParams>) {
-          std::vector<cuda::TensorRef> refs;
-          for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
-          cuda::concatenation(graph::concat_axis(p, in[0].dims.rank()), refs, ref(out), s);
-        } else if constexpr (std::is_same_v<P, SliceParams>) {
-          SliceParams q = p;
-          for (int index : {kSliceStart, kSliceSize, kSliceStride}) {
-            int pos = slice_input_position(p, index);
-            if (pos < 0) continue;
-            Dims d = host_dims(in[static_cast<std::size_t>(pos)], node_.name);
-            (index == kSliceStart ? q.start : index == kSliceSize ? q.size : q.stride) = d;
-          }
-          int fill_pos = slice_input_position(p, kSliceFill);
-          cuda::TensorRef fill = fill_pos >= 0 ? ref(in[static_cast<std::size_t>(fill_pos)]) : cuda::TensorRef{};
-          cuda::slice(q, ref(in[0]), fill_pos >= 0 ? &fill : nullptr, ref(out), s);
-        } else if constexpr (std::is_same_v<P, GatherParams>) {
-          cuda::gather(p, ref(in[0]), ref(in[1]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, TopKParams>) {
-          cuda::topk(p, ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, SelectParams>) {
-          cuda::select(ref(in[0]), ref(in[1]), ref(in[2]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, PaddingParams>) {
-          cuda::padding(p, ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, ResizeParams>) {
-          cuda::resize(p, ref(in[0]), ref(out), s);
-        } else if constexpr (std::is_same_v<P, ConvolutionParams>) {
-          cuda::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cuda::TensorRef{};
-          conv_->run(ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws, s,
-                     conv_act_ ? &*conv_act_ : nullptr);
-        } else if constexpr (std::is_same_v<P, DeconvolutionParams>) {
-          cuda::TensorRef bias = node_.inputs.size() > 2 ? ref(in[2]) : cuda::TensorRef{};
-          deconv_->run(ref(in[0]), ref(in[1]), node_.inputs.size() > 2 ? &bias : nullptr, ref(out), ws, s);
-        } else if constexpr (std::is_same_v<P, EinsumParams>) {
-          std::vector<cuda::TensorRef> refs;
-          for (std::size_t i = 0; i < node_.inputs.size(); ++i) refs.push_back(ref(in[i]));
-          einsum_->run(refs, ref(out), ws, s);
-        } else if constexpr (std::is_same_v<P, PluginParams>) {
-          run_plugin(p, in, out, ws, s);
-        } else {
-          throw UnsupportedError("[cuda] node '" + node_.name + "': no CUDA kernel for layer type " +
-                                 std::string(layer_type_name(node_.type())));
-        }
-      },
-      node_.params);
-}
-
-// A plugin node: device pointers and the execution's stream; the outputs this node does not
-// keep go into the workspace after the plugin's own scratch.
-void CudaNodeKernel::run_plugin(const PluginParams& p, std::span<const Buffer> in, const Buffer& out, std::byte* ws,
-                                cudaStream_t s) const {
-  run_plugin_node("cuda", node_, p, TENSORACLE_BACKEND_CUDA, kAlign, in, out, ws,
-                  [&](auto... args) { p.plugin->enqueue_cuda(args..., static_cast<void*>(s)); });
+  if (!op_ || !op_->run)
+    throw UnsupportedError("[cuda] node '" + node_.name + "': no CUDA kernel for layer type " +
+                           std::string(layer_type_name(node_.type())));
+  op_->run(cuda::OpCall{node_, state_.get(), in, out, ws, s});
 }
 
 }  // namespace

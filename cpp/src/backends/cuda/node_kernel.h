@@ -1,8 +1,9 @@
 // Internal to the CUDA backend: a node's kernel (backends::NodeKernel) from its tactic, and what
 // the tactics and the tuner share with it: which of a node's epilogue ops its main op applies.
-// The kernel runs the node's own op (cuBLASLt for matrix multiplies, gemm.h; the convolution
-// kernels of conv.h; a plugin's enqueue; every other layer through kernels.h), then the rest of
-// its epilogue as in-order pointwise passes over scratch buffers (node_kernel.cpp).
+// The kernel runs the node's own op through its kind's entry (op_kernel.h: cuBLASLt for matrix
+// multiplies, gemm.h; the convolution kernels of conv.h; a plugin's enqueue; every other layer
+// through kernels.h), then the rest of its epilogue as in-order pointwise passes over scratch
+// buffers (node_kernel.cpp).
 #pragma once
 
 #include <cstddef>
@@ -35,10 +36,6 @@ std::pair<std::size_t, cuda::GemmEpilogue> lt_epilogue(const graph::Graph& g, co
 // the next layer's per-tensor fp8 quantize by a constant scale (the lookup table bakes it in);
 // nothing after them.
 std::optional<cuda::Fp8Epilogue> fused_fp8_epilogue(const graph::Graph& g, const graph::Node& n);
-
-// A convolution applies the activation its epilogue starts with (on the cuDNN path in the same
-// pass as its bias).
-std::optional<ActivationParams> conv_activation(const graph::Node& n);
 
 // Node `n`'s kernel on `device`, as its tactic says (CorruptEngineError for a tactic that does
 // not fit the node).

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/pointwise_util.cuh"
 
 namespace tensoracle::cuda {
@@ -122,5 +123,15 @@ void bias_activation_channels_last(const TensorRef& y, const void* bias, const A
   });
   if (!ok) fail("bias_activation_channels_last takes float32, float16 or bfloat16, not " + tn(y.type));
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kActivationKernel = {LayerType::kACTIVATION, nullptr, nullptr, [](const OpCall& c) {
+      activation(std::get<ActivationParams>(c.node.params), ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -7,6 +7,7 @@
 #include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/pointwise_util.cuh"
 
 namespace tensoracle::cuda {
@@ -146,5 +147,15 @@ void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
     });
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kCastKernel = {LayerType::kCAST, nullptr, nullptr, [](const OpCall& c) {
+      cast(ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

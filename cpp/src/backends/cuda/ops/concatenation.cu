@@ -7,6 +7,8 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
+#include "backends/cuda/op_kernel.h"
+#include "graph/ops.h"
 
 namespace tensoracle::cuda {
 
@@ -64,5 +66,17 @@ void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef&
     at += cols;
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kConcatenationKernel = {
+    LayerType::kCONCATENATION, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<ConcatenationParams>(c.node.params);
+      concatenation(graph::concat_axis(p, c.in[0].dims.rank()), input_refs(c), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

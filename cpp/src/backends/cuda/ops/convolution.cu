@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,6 +29,8 @@
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/layouts.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/window_util.cuh"
 #include "graph/ops.h"
 #include "tensoracle/errors.h"
@@ -715,5 +718,71 @@ void ConvolutionKernel::run_packed(const TensorRef& x, const TensorRef& kernel, 
     else if (act) activation(*act, out, out, stream);
   });
 }
+
+
+std::optional<ActivationParams> conv_activation(const graph::Node& n) {
+  if (n.epilogue.empty()) return std::nullopt;
+  if (const auto* a = std::get_if<ActivationParams>(&n.epilogue[0].params)) return *a;
+  return std::nullopt;
+}
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+struct ConvolutionState final : OpState {
+  std::unique_ptr<ConvolutionKernel> conv;
+  std::optional<ActivationParams> act;  // the activation it applies (conv_activation)
+};
+
+OpPrepared prepare_convolution(const OpSetup& setup) {
+  const graph::Graph& g = setup.graph;
+  const graph::Node& n = setup.node;
+  auto state = std::make_unique<ConvolutionState>();
+  state->conv = std::make_unique<ConvolutionKernel>(setup.lt, n.name, std::get<ConvolutionParams>(n.params));
+  state->act = conv_activation(n);
+  OpPrepared r;
+  r.fused = state->act ? 1 : 0;
+  if (n.tactic.starts_with(kCudnnTacticPrefix)) {
+    CudnnTactic t;
+    if (!parse_cudnn_tactic(n.tactic, t))
+      throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's cuDNN convolution is malformed");
+    std::string why;
+    if (t.out_channels_last && !channels_last_readers_ok(g, n, &why))
+      throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
+                               " (malformed engine)");
+    r.out_channels_last = t.out_channels_last;
+    try {
+      if (t.config == kDirectConfig) state->conv->use_direct(t.shape);  // the backend's own kernel
+      else state->conv->use_cudnn(setup.dnn, t.shape, t.config, t.workspace);
+    } catch (const CorruptEngineError&) {
+      throw;
+    } catch (const Error&) {
+      // cuDNN missing here, or its configuration does not build with this cuDNN: the backend's
+      // own convolution (same results within float32 rounding; slower).
+    }
+  }
+  state->conv->set_layouts(channels_last_value(g, n.inputs[0]), r.out_channels_last);
+  r.state = std::move(state);
+  return r;
+}
+
+const ConvolutionState& conv_state(const OpCall& c) { return static_cast<const ConvolutionState&>(*c.state); }
+
+}  // namespace
+
+extern const OpKernel kConvolutionKernel = {
+    LayerType::kCONVOLUTION, prepare_convolution,
+    [](const OpCall& c) { return conv_state(c).conv->workspace_bytes(ref(c.in[0]), ref(c.in[1]), ref(c.out)); },
+    [](const OpCall& c) {
+      const ConvolutionState& state = conv_state(c);
+      TensorRef bias = c.node.inputs.size() > 2 ? ref(c.in[2]) : TensorRef{};
+      state.conv->run(ref(c.in[0]), ref(c.in[1]), c.node.inputs.size() > 2 ? &bias : nullptr, ref(c.out), c.workspace,
+                      c.stream, state.act ? &*state.act : nullptr);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

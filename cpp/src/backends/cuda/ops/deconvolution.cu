@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "backends/cuda/conv.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/window_util.cuh"
 #include "graph/ops.h"
 #include "tensoracle/errors.h"
@@ -277,5 +279,39 @@ void DeconvolutionKernel::run(const TensorRef& x, const TensorRef& kernel, const
       }
   });
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+struct DeconvolutionState final : OpState {
+  std::unique_ptr<DeconvolutionKernel> deconv;
+};
+
+OpPrepared prepare_deconvolution(const OpSetup& setup) {
+  auto state = std::make_unique<DeconvolutionState>();
+  state->deconv = std::make_unique<DeconvolutionKernel>(setup.lt, setup.node.name,
+                                                        std::get<DeconvolutionParams>(setup.node.params));
+  OpPrepared r;
+  r.state = std::move(state);
+  return r;
+}
+
+const DeconvolutionKernel& deconv_of(const OpCall& c) { return *static_cast<const DeconvolutionState&>(*c.state).deconv; }
+
+}  // namespace
+
+extern const OpKernel kDeconvolutionKernel = {
+    LayerType::kDECONVOLUTION, prepare_deconvolution,
+    [](const OpCall& c) { return deconv_of(c).workspace_bytes(ref(c.in[0]), ref(c.in[1]), ref(c.out)); },
+    [](const OpCall& c) {
+      TensorRef bias = c.node.inputs.size() > 2 ? ref(c.in[2]) : TensorRef{};
+      deconv_of(c).run(ref(c.in[0]), ref(c.in[1]), c.node.inputs.size() > 2 ? &bias : nullptr, ref(c.out), c.workspace,
+                       c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

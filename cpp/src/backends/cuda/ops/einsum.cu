@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/window_util.cuh"
 #include "graph/ops.h"
 #include "tensoracle/errors.h"
@@ -245,5 +247,34 @@ void EinsumKernel::run(std::span<const TensorRef> inputs, const TensorRef& out, 
   backends::common::einsum_c_strides(plan, cstride);
   permute_reduce(C, gt, plan.out, cstride, "", plan, out.data, type, stream);
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+struct EinsumState final : OpState {
+  std::unique_ptr<EinsumKernel> einsum;
+};
+
+OpPrepared prepare_einsum(const OpSetup& setup) {
+  auto state = std::make_unique<EinsumState>();
+  state->einsum = std::make_unique<EinsumKernel>(setup.lt, setup.node.name, std::get<EinsumParams>(setup.node.params));
+  OpPrepared r;
+  r.state = std::move(state);
+  return r;
+}
+
+const EinsumKernel& einsum_of(const OpCall& c) { return *static_cast<const EinsumState&>(*c.state).einsum; }
+
+}  // namespace
+
+extern const OpKernel kEinsumKernel = {
+    LayerType::kEINSUM, prepare_einsum,
+    [](const OpCall& c) { return einsum_of(c).workspace_bytes(input_refs(c), ref(c.out)); },
+    [](const OpCall& c) { einsum_of(c).run(input_refs(c), ref(c.out), c.workspace, c.stream); }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -10,6 +10,7 @@
 #include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/pointwise_util.cuh"
 
 namespace tensoracle::cuda {
@@ -271,5 +272,15 @@ void sum_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, cuda
   });
   if (!ok) fail("sum_relu takes float32, float16 or bfloat16, not " + tn(a.type));
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kElementwiseKernel = {LayerType::kELEMENTWISE, nullptr, nullptr, [](const OpCall& c) {
+      elementwise(std::get<ElementWiseParams>(c.node.params).op, ref(c.in[0]), ref(c.in[1]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

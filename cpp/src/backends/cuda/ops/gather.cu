@@ -10,6 +10,7 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
+#include "backends/cuda/op_kernel.h"
 
 namespace tensoracle::cuda {
 
@@ -213,5 +214,15 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
     default: return;  // refused by check_gather
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kGatherKernel = {LayerType::kGATHER, nullptr, nullptr, [](const OpCall& c) {
+      gather(std::get<GatherParams>(c.node.params), ref(c.in[0]), ref(c.in[1]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 
 namespace tensoracle::cuda {
 
@@ -22,5 +23,15 @@ void copy(const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
                              cudaMemcpyDeviceToDevice, stream),
              "copy");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kIdentityKernel = {LayerType::kIDENTITY, nullptr, nullptr, [](const OpCall& c) {
+      copy(ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/reduce_util.cuh"
 
 namespace tensoracle::cuda {
@@ -249,5 +250,16 @@ void normalization(const NormalizationParams& p, const TensorRef& x, const Tenso
   });
   if (!ok) fail("normalization takes float32, float16 or bfloat16, not " + tn(x.type));
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kNormalizationKernel = {LayerType::kNORMALIZATION, nullptr, nullptr, [](const OpCall& c) {
+      normalization(std::get<NormalizationParams>(c.node.params), ref(c.in[0]), ref(c.in[1]), ref(c.in[2]), ref(c.out),
+                    c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

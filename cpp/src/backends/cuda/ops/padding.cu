@@ -7,6 +7,7 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
+#include "backends/cuda/op_kernel.h"
 
 namespace tensoracle::cuda {
 
@@ -26,5 +27,15 @@ void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out, c
   }
   sample_copy(x, out, start, step, SampleMode::kFILL, nullptr, stream, "padding");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kPaddingKernel = {LayerType::kPADDING, nullptr, nullptr, [](const OpCall& c) {
+      padding(std::get<PaddingParams>(c.node.params), ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

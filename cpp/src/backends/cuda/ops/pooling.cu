@@ -2,6 +2,7 @@
 // same taps, order and arithmetic; x and out each packed or channels-last.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
+#include "backends/cuda/layouts.h"
+#include "backends/cuda/op_kernel.h"
 #include "graph/ops.h"
 #include "tensoracle/errors.h"
 
@@ -491,5 +494,50 @@ void pooling(const PoolingParams& p, const TensorRef& x, const TensorRef& out, c
   });
   check_launch("pooling");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+// The layouts the pooling reads and writes (layouts.h).
+struct PoolingState final : OpState {
+  bool in_channels_last = false, out_channels_last = false;
+};
+
+OpPrepared prepare_pooling(const OpSetup& setup) {
+  const graph::Node& n = setup.node;
+  OpPrepared r;
+  // "cuda.pooling/o:1" only where the builder writes it: a channels-last input, readers that
+  // take the value so (pooling_chain_output).
+  if (n.tactic == kPoolingChannelsLastTactic) {
+    std::string why;
+    if (!setup.operand_channels_last[0]) why = "its input is not";
+    else channels_last_readers_ok(setup.graph, n, &why);
+    if (!why.empty())
+      throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
+                               " (malformed engine)");
+    r.out_channels_last = true;
+  } else if (!n.tactic.empty() && n.tactic != "cuda.pooling") {
+    throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a pooling's (malformed engine)");
+  }
+  auto state = std::make_unique<PoolingState>();
+  state->in_channels_last = setup.operand_channels_last[0];
+  state->out_channels_last = r.out_channels_last;
+  r.state = std::move(state);
+  return r;
+}
+
+}  // namespace
+
+extern const OpKernel kPoolingKernel = {
+    LayerType::kPOOLING, prepare_pooling, nullptr, [](const OpCall& c) {
+      const auto& state = static_cast<const PoolingState&>(*c.state);
+      pooling(std::get<PoolingParams>(c.node.params), ref(c.in[0]), ref(c.out), c.stream, state.in_channels_last,
+              state.out_channels_last);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -6,6 +6,7 @@
 #include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/pointwise_util.cuh"
 
 namespace tensoracle::cuda {
@@ -192,5 +193,29 @@ void dequantize(const TensorRef& x, const TensorRef& scale, int axis, const Tens
   });
   if (!ok) fail("dequantize (output) takes float32, float16 or bfloat16, not " + tn(out.type));
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+}  // namespace
+
+extern const OpKernel kQuantizeKernel = {
+    LayerType::kQUANTIZE, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<QuantizeParams>(c.node.params);
+      quantize(ref(c.in[0]), ref(c.in[1]), norm_axis(p.axis, c.in[0].dims.rank()), ref(c.out), c.stream);
+    }};
+
+extern const OpKernel kDequantizeKernel = {
+    LayerType::kDEQUANTIZE, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<DequantizeParams>(c.node.params);
+      dequantize(ref(c.in[0]), ref(c.in[1]), norm_axis(p.axis, c.in[0].dims.rank()), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -5,12 +5,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/node_kernel.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/reduce_util.cuh"
+#include "tensoracle/errors.h"
 
 namespace tensoracle::cuda {
 
@@ -266,5 +270,34 @@ void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out, cud
     default: fail(std::string("reduce: ") + reduce_name(p.op) + " does not take " + tn(x.type));
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+// Tactic kReduceSplitTactic (node_kernel.h): reduce() gets its partials' scratch.
+struct ReduceSplitState final : OpState {};
+
+OpPrepared prepare_reduce(const OpSetup& setup) {
+  const graph::Node& n = setup.node;
+  OpPrepared r;
+  if (n.tactic == kReduceSplitTactic) r.state = std::make_unique<ReduceSplitState>();
+  else if (!n.tactic.empty() && n.tactic != "cuda.reduce")
+    throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a reduce's (malformed engine)");
+  return r;
+}
+
+}  // namespace
+
+extern const OpKernel kReduceKernel = {
+    LayerType::kREDUCE, prepare_reduce,
+    [](const OpCall& c) -> std::size_t { return c.state ? reduce_split_workspace_bytes() : 0; },
+    [](const OpCall& c) {
+      reduce(std::get<ReduceParams>(c.node.params), ref(c.in[0]), ref(c.out), c.stream, c.state ? c.workspace : nullptr);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -10,6 +10,7 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
+#include "backends/cuda/op_kernel.h"
 
 namespace tensoracle::cuda {
 
@@ -287,5 +288,15 @@ void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cud
   });
   check_launch("resize");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kResizeKernel = {LayerType::kRESIZE, nullptr, nullptr, [](const OpCall& c) {
+      resize(std::get<ResizeParams>(c.node.params), ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -6,6 +6,7 @@
 #include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/pointwise_util.cuh"
 
 namespace tensoracle::cuda {
@@ -56,5 +57,15 @@ void select(const TensorRef& condition, const TensorRef& then_input, const Tenso
     default: fail("select: unsupported element size " + std::to_string(element_size(out.type)));
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kSelectKernel = {LayerType::kSELECT, nullptr, nullptr, [](const OpCall& c) {
+      select(ref(c.in[0]), ref(c.in[1]), ref(c.in[2]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

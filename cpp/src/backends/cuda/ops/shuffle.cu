@@ -8,6 +8,7 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
+#include "backends/cuda/op_kernel.h"
 
 namespace tensoracle::cuda {
 
@@ -54,5 +55,18 @@ void shuffle(const ShuffleParams& p, const TensorRef& x, const TensorRef& out, c
   else if (id2) plan_copy(x.data, out.data, n, es, 0, first, nullptr, n, stream, "shuffle");
   else plan_copy(x.data, out.data, n, es, 0, first, &second, n, stream, "shuffle");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kShuffleKernel = {
+    LayerType::kSHUFFLE, nullptr, nullptr, [](const OpCall& c) {
+      ShuffleParams q = std::get<ShuffleParams>(c.node.params);
+      if (c.node.inputs.size() > 1) q.reshape_dims = c.out.dims;  // dims from a shape tensor: the output's say them
+      shuffle(q, ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -1,12 +1,15 @@
 // The CUDA backend's slice (kernels.h): a plan copy, or a sampling copy where reads fall
 // outside the input (layout_util.cuh); raw elements of every type.
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layout_util.cuh"
+#include "backends/cuda/op_kernel.h"
+#include "tensoracle/errors.h"
 
 namespace tensoracle::cuda {
 
@@ -35,5 +38,33 @@ void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, cons
   }
   sample_copy(x, out, start, step, p.mode, fill_value, stream, "slice");
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+namespace {
+
+// Host values of a slice's shape-tensor input (start, size or stride).
+Dims host_dims(const backends::Buffer& b, const std::string& node) {
+  if (!b.host_values)
+    throw UnsupportedError("[cuda] node '" + node + "': slice bounds computed on the device are not supported; derive them "
+                           "from add_shape outputs and constants");
+  return Dims(std::span<const std::int64_t>(*b.host_values));
+}
+
+}  // namespace
+
+extern const OpKernel kSliceKernel = {
+    LayerType::kSLICE, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<SliceParams>(c.node.params);
+      const SliceParams q =
+          backends::common::slice_bounds(p, c.in, [&](const backends::Buffer& b) { return host_dims(b, c.node.name); });
+      int fill_pos = slice_input_position(p, kSliceFill);
+      TensorRef fill = fill_pos >= 0 ? ref(c.in[static_cast<std::size_t>(fill_pos)]) : TensorRef{};
+      slice(q, ref(c.in[0]), fill_pos >= 0 ? &fill : nullptr, ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -6,7 +6,9 @@
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/reduce_util.cuh"
+#include "graph/ops.h"
 
 namespace tensoracle::cuda {
 
@@ -132,5 +134,16 @@ void softmax(int axis, const TensorRef& x, const TensorRef& out, cudaStream_t st
   });
   if (!ok) fail("softmax takes float32, float16 or bfloat16, not " + tn(x.type));
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kSoftmaxKernel = {LayerType::kSOFTMAX, nullptr, nullptr, [](const OpCall& c) {
+      softmax(graph::softmax_axis(std::get<SoftmaxParams>(c.node.params), c.in[0].dims.rank()), ref(c.in[0]), ref(c.out),
+              c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -15,6 +15,7 @@
 #include "backends/common/index_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/reduce_util.cuh"
 
 namespace tensoracle::cuda {
@@ -217,5 +218,15 @@ void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStr
     default: fail("topk: input type " + tn(x.type) + " is not supported");
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kTopkKernel = {LayerType::kTOPK, nullptr, nullptr, [](const OpCall& c) {
+      topk(std::get<TopKParams>(c.node.params), ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda

@@ -8,6 +8,7 @@
 #include "backends/common/pointwise_checks.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
 #include "backends/cuda/pointwise_util.cuh"
 
 namespace tensoracle::cuda {
@@ -113,5 +114,15 @@ void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStre
     default: unary_unsupported(op, x.type);
   }
 }
+
+// ---- the node kernel's entry (op_kernel.h) -----------------------------------------------------
+
+namespace ops {
+
+extern const OpKernel kUnaryKernel = {LayerType::kUNARY, nullptr, nullptr, [](const OpCall& c) {
+      unary(std::get<UnaryParams>(c.node.params).op, ref(c.in[0]), ref(c.out), c.stream);
+    }};
+
+}  // namespace ops
 
 }  // namespace tensoracle::cuda
