@@ -36,7 +36,7 @@ targets=()  # name:dictionary:seed folder (under $seeds)
 [[ -x $fuzz_dir/fuzz_pth ]] && targets+=("fuzz_pth:cpp/fuzz/pth.dict:pth/pth")
 [[ -x $fuzz_dir/fuzz_npy ]] && targets+=("fuzz_npy:cpp/fuzz/npy.dict:npy")
 [[ -x $fuzz_dir/fuzz_cubin ]] && targets+=("fuzz_cubin::cubin")
-[[ -x $fuzz_dir/fuzz_cuda_tactic ]] && targets+=("fuzz_cuda_tactic:cpp/fuzz/cuda_tactic.dict:cuda_tactic")
+[[ -x $fuzz_dir/fuzz_tactic ]] && targets+=("fuzz_tactic:cpp/fuzz/tactic.dict:tactic")
 [[ -x $fuzz_dir/fuzz_engine_plan ]] && targets+=("fuzz_engine_plan:cpp/fuzz/engine_plan.dict:engine_plan")
 if (( ${#targets[@]} > 0 )); then
   share=$(( seconds / ${#targets[@]} > 0 ? seconds / ${#targets[@]} : 1 ))
@@ -45,14 +45,14 @@ if (( ${#targets[@]} > 0 )); then
   "$venv/bin/python" cpp/fuzz/make_pth_seeds.py "$seeds/pth" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_npy_seeds.py "$seeds/npy" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_cubin_seeds.py "$seeds/cubin" >/dev/null
-  mkdir -p "$seeds/cuda_tactic"  # tactics as the builder writes them (cudnn_tactic.h, gemm_tactic.h)
-  printf '%s' "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:1/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096" >"$seeds/cuda_tactic/2d"
-  printf '%s' "cuda.convolution.cudnn/t:0/x:1x4x6x7x8/w:8x4x3x3x3/y:1x8x6x7x8/s:1x1x1/d:1x1x1/p:1x1x1/q:1x1x1/a:0/cfg:7/ws:0" >"$seeds/cuda_tactic/3d"
-  printf '%s' "cuda.gemm.cublaslt.fp8.epilogue1/algo:$(printf '0%.0s' {1..64})$(printf 'a1%.0s' {1..32})/ws:1048320" >"$seeds/cuda_tactic/gemm"
-  printf '%s' "cuda.gemm.cublaslt.epilogue2" >"$seeds/cuda_tactic/gemm-plain"
-  printf '%s' "cuda.gemm.sm90.fp8.epilogue3" >"$seeds/cuda_tactic/gemm-fused-fp8"
-  printf '%s' "cuda.convolution.cudnn/t:1/x:64x64x56x56/w:64x64x3x3/y:64x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:0/l:64/o:1/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:131" >"$seeds/cuda_tactic/chained"
-  printf '%s' "cuda.convolution.cudnn/t:1/x:64x3x224x224/w:64x3x7x7/y:64x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4/o:1/cfg:direct/ws:0" >"$seeds/cuda_tactic/direct"
+  mkdir -p "$seeds/tactic"  # tactics as the builder writes them (graph/tactic.h)
+  printf '%s' '{"kernel":"cuda.convolution.cudnn","type":"float16","x":[32,64,56,56],"w":[64,64,3,3],"y":[32,64,56,56],"stride":[1,1],"dilation":[1,1],"pre":[1,1],"post":[1,1],"accumulate":true,"channels_last":0,"engine":62,"knobs":[[2,4],[13,0],[18,0],[25,1],[27,7],[28,1]],"workspace":4096}' >"$seeds/tactic/2d"
+  printf '%s' '{"kernel":"cuda.convolution.cudnn","type":"float32","x":[1,4,6,7,8],"w":[8,4,3,3,3],"y":[1,8,6,7,8],"stride":[1,1,1],"dilation":[1,1,1],"pre":[1,1,1],"post":[1,1,1],"accumulate":false,"channels_last":0,"engine":7,"knobs":[],"workspace":0}' >"$seeds/tactic/3d"
+  printf '%s' '{"kernel":"cuda.convolution.cudnn","type":"float16","x":[64,3,224,224],"w":[64,3,7,7],"y":[64,64,112,112],"stride":[2,2],"dilation":[1,1],"pre":[3,3],"post":[3,3],"accumulate":false,"channels_last":4,"engine":"direct","knobs":[],"workspace":0}' >"$seeds/tactic/direct"
+  printf '%s' "{\"kernel\":\"cuda.gemm.cublaslt\",\"precision\":\"fp8\",\"epilogue_ops\":1,\"algo\":\"$(printf '0%.0s' {1..64})$(printf 'a1%.0s' {1..32})\",\"workspace\":1048320}" >"$seeds/tactic/gemm"
+  printf '%s' '{"kernel":"cuda.gemm.cublaslt","precision":"native","epilogue_ops":2,"algo":"","workspace":null}' >"$seeds/tactic/gemm-plain"
+  printf '%s' '{"kernel":"cuda.gemm.sm90.fp8","epilogue_ops":3}' >"$seeds/tactic/gemm-fused-fp8"
+  printf '%s' '{"kernel":"cpu.gemm.onednn"}' >"$seeds/tactic/named"
   # the engine plan target's seed is its own network's plan (it must name that network's constants)
   [[ -x $fuzz_dir/fuzz_engine_plan ]] && TENSORACLE_FUZZ_WRITE_SEEDS="$seeds/engine_plan" "$fuzz_dir/fuzz_engine_plan" -runs=0 >/dev/null 2>&1
   for t in "${targets[@]}"; do

@@ -16,7 +16,7 @@
 // custom mutator below parses the document and changes it as an attacker would — a number becomes
 // 0, -1, 2^31, 2^64 - 1, a neighbouring id or another number of the document; an array loses,
 // repeats or reorders elements; an object loses a key or takes another's value; a string becomes
-// one of the plan's vocabulary (layer, type and tactic names); a value is nested a few or many
+// one of the plan's vocabulary (layer, type, layout and tactic names); a value is nested a few or many
 // levels deep. A third of the changes know the plan's schema and edit linked fields together, so
 // that the change gets past the checks between them to what allocates and runs: a memory size or a
 // value's offset becomes 0 or one that wraps; a node loses inputs or names another value; a node
@@ -225,7 +225,7 @@ const std::vector<std::string>& vocabulary() {
       "matrix_multiply", "elementwise", "activation", "convolution", "pooling", "shuffle", "reduce", "softmax",
       "concatenation", "slice", "gather", "plugin", "float32", "float16", "int8", "fp8", "int64", "bool", "input",
       "output", "constant", "activation", "cpu.gemm.onednn", "cpu.gemm.openblas", "cpu.conv.onednn",
-      "cpu.conv.onednn.nhwc", "cpu.pooling.nhwc", "cpu.conv.im2col_gemm", "cuda.gemm.cublaslt.epilogue2", "SUM",
+      "channels_last", "linear", "kernel", "cpu.conv.im2col_gemm", "cuda.gemm.cublaslt", "cpu.pooling", "SUM",
       "RELU", "MAX", "value.0", "value.1", "x", "y", ""};
   return words;
 }

@@ -42,7 +42,7 @@ std::size_t differing(const std::uint16_t* a, const std::uint16_t* b, std::size_
 
 }  // namespace
 
-// Channels-last cuDNN plans (tactic field l:, cudnn_tactic.h): x and the kernel transposed into
+// Channels-last cuDNN plans (the tactic's channels_last, cudnn_tactic.h): x and the kernel transposed into
 // the workspace with their channels padded (3 -> 4, 12 -> 16, 64 stays), y transposed back with
 // the bias and the activation. TENSORACLE_CUDNN_LAYOUT=nhwc makes the builder take them at any
 // level (the timing alone picks them where they win); "nchw" keeps them out of the timing.
@@ -91,7 +91,7 @@ TEST(Cuda, ChannelsLastCudnnConvolutionsMatchTheCpuBackend) {
       auto build = [&](const char* device, int level) { return fixed_engine(graph, c.x, device, level); };
       auto values = [&](const std::vector<std::byte>& bytes) { return output_y(bytes, t, c.x, x.data()); };
       const std::vector<float> ref = values(build("cpu", 0));
-      const std::string field = "/l:" + std::to_string(c.padded) + "/";
+      const std::string field = " channels_last:" + std::to_string(c.padded) + " ";
       for (int level : {0, 3}) {
         std::vector<std::byte> bytes;
         {
@@ -112,12 +112,12 @@ TEST(Cuda, ChannelsLastCudnnConvolutionsMatchTheCpuBackend) {
       }
       Env env("nchw");
       const std::string tactic = Engine::deserialize(build("cuda:0", 3)).layers()[0].tactic;
-      EXPECT_EQ(tactic.find("/l:"), std::string::npos) << what << ": " << tactic;
+      EXPECT_EQ(tactic.find(" channels_last:"), std::string::npos) << what << ": " << tactic;
     }
   }
 }
 
-// Channels-last values between convolutions (CudnnTactic::out_channels_last): a residual
+// Channels-last values between convolutions (Value::layout): a residual
 // network whose convolutions read and write channels-last values (as data, and as the residual
 // operand of a fused add), starting from an NCHW input used as a residual and ending in a
 // network output read back as NCHW, in float16 and bfloat16, against the CPU backend; the same
@@ -199,12 +199,12 @@ TEST(Cuda, ChannelsLastValuesBetweenConvolutionsMatchTheCpuBackend) {
       std::string tactics;
       int chained = 0;
       for (const auto& l : layers) {
-        tactics += l.tactic + "\n";
-        chained += l.tactic.find("/o:1/") != std::string::npos;
+        tactics += l.tactic + " -> " + l.output_layout + "\n";
+        chained += l.output_layout == "channels_last";
       }
       // Every convolution but the last (a network output) writes channels-last.
       EXPECT_EQ(chained, 5) << what << " level " << level << ":\n" << tactics;
-      EXPECT_EQ(layers[5].tactic.find("/o:1/"), std::string::npos) << what;
+      EXPECT_EQ(layers[5].output_layout, "linear") << what;
       const std::vector<float> got = values(bytes);
       expect_close(got, "level " + std::to_string(level));
       EXPECT_EQ(values(bytes), got) << what << ": reopened";
@@ -212,20 +212,27 @@ TEST(Cuda, ChannelsLastValuesBetweenConvolutionsMatchTheCpuBackend) {
       // Every cuDNN plan replaced by the backend's own path: same layouts, packed copies around it.
       plan::Plan pl = plan::read_engine(bytes, "test", nullptr);
       for (auto& n : pl.graph.nodes)
-        if (n.tactic.starts_with("cuda.convolution.cudnn/"))
-          n.tactic = n.tactic.substr(0, n.tactic.find("/cfg:")) + "/cfg:999999/ws:0";
+        if (auto* cfg = std::get_if<graph::CudnnConvConfig>(&n.tactic.config)) {
+          cfg->engine = 999999;
+          cfg->knobs.clear();
+          cfg->workspace = 0;
+        }
       expect_close(values(plan::write_engine(pl)), "own path");
-      // A network output stored channels-last (the first node's tactic, which stores its output
-      // so, on the last node): malformed.
+      // A network output stored channels-last (the last node's, with the first node's tactic):
+      // malformed.
       plan::Plan bad = plan::read_engine(bytes, "test", nullptr);
       auto& last = bad.graph.nodes.back();
       last.tactic = bad.graph.nodes.front().tactic;
-      ASSERT_NE(last.tactic.find("/o:1/"), std::string::npos) << last.tactic;
-      EXPECT_THROW(Engine::deserialize(plan::write_engine(bad)), CorruptEngineError) << what << ": " << last.tactic;
+      bad.graph.values[static_cast<std::size_t>(last.output)].layout = graph::Layout::kChannelsLast;
+      EXPECT_THROW(Engine::deserialize(plan::write_engine(bad)), CorruptEngineError) << what;
+      // A value stored channels-last by the backend's own path (not a cuDNN tactic): malformed.
+      plan::Plan own = plan::read_engine(bytes, "test", nullptr);
+      own.graph.nodes.front().tactic = graph::Tactic("cuda.convolution");
+      EXPECT_THROW(Engine::deserialize(plan::write_engine(own)), CorruptEngineError) << what;
     }
     Env env("nchw");
     const auto bytes = build("cuda:0", 3);
-    for (const auto& l : Engine::deserialize(bytes).layers()) EXPECT_EQ(l.tactic.find("/o:1"), std::string::npos) << l.tactic;
+    for (const auto& l : Engine::deserialize(bytes).layers()) EXPECT_EQ(l.output_layout, "linear") << l.tactic;
     expect_close(values(bytes), "nchw");
   }
 }
@@ -305,10 +312,11 @@ TEST(Cuda, PoolingsOfChannelsLastValuesMatchTheCpuBackendExactly) {
       if (nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
       const auto layers = e.layers();
       ASSERT_EQ(layers.size(), pools.size() + 3) << what;
-      EXPECT_NE(layers[0].tactic.find("/o:1/"), std::string::npos) << what << ": " << layers[0].tactic;
+      EXPECT_EQ(layers[0].output_layout, "channels_last") << what << ": " << layers[0].tactic;
       for (const auto& l : layers) {
         if (l.type != "pooling") continue;  // the network's outputs packed, the chained one not
-        EXPECT_EQ(l.tactic, l.name == "chained_pool" ? "cuda.pooling/o:1" : "cuda.pooling") << what << " " << l.name;
+        EXPECT_EQ(l.tactic, "cuda.pooling") << what << " " << l.name;
+        EXPECT_EQ(l.output_layout, l.name == "chained_pool" ? "channels_last" : "linear") << what << " " << l.name;
       }
       const auto ref = run(build("cpu"));
       const auto got = run(bytes);
@@ -381,10 +389,11 @@ TEST(Cuda, AMaxPoolBetweenChannelsLastConvolutionsMatchesTheCpuBackend) {
     const auto layers = e.layers();
     ASSERT_EQ(layers.size(), 5u) << what;
     std::string tactics;
-    for (const auto& l : layers) tactics += l.name + ": " + l.tactic + "\n";
-    for (std::size_t i : {0, 2, 3}) EXPECT_NE(layers[i].tactic.find("/o:1/"), std::string::npos) << what << ":\n" << tactics;
-    EXPECT_EQ(layers[1].tactic, "cuda.pooling/o:1") << what << ":\n" << tactics;
+    for (const auto& l : layers) tactics += l.name + ": " + l.tactic + " -> " + l.output_layout + "\n";
+    for (std::size_t i : {0, 1, 2, 3}) EXPECT_EQ(layers[i].output_layout, "channels_last") << what << ":\n" << tactics;
+    EXPECT_EQ(layers[1].tactic, "cuda.pooling") << what << ":\n" << tactics;
     EXPECT_EQ(layers[4].tactic, "cuda.pooling") << what << ":\n" << tactics;
+    EXPECT_EQ(layers[4].output_layout, "linear") << what << ":\n" << tactics;
     // Four layers of products rounded to the type (bfloat16's ulp is 8 times float16's); a wrong
     // layout would put most elements off by about their own size.
     const std::vector<float> ref = values(build("cpu"));
@@ -400,16 +409,21 @@ TEST(Cuda, AMaxPoolBetweenChannelsLastConvolutionsMatchesTheCpuBackend) {
     EXPECT_LT(err, 0.1 * mag) << what;
     EXPECT_EQ(values(bytes), got) << what << ": reopened";
     // Malformed: the average pool (a network output) stored channels-last; a tactic no pooling has.
-    for (const char* bad_tactic : {"cuda.pooling/o:1", "cuda.pooling/o:2", "cuda.reduce"}) {
+    {
       plan::Plan bad = plan::read_engine(bytes, "test", nullptr);
-      bad.graph.nodes.back().tactic = bad_tactic;
+      bad.graph.values[static_cast<std::size_t>(bad.graph.nodes.back().output)].layout = graph::Layout::kChannelsLast;
+      EXPECT_THROW(Engine::deserialize(plan::write_engine(bad)), CorruptEngineError) << what;
+    }
+    for (const char* bad_tactic : {"cuda.pooling.nhwc", "cuda.reduce"}) {
+      plan::Plan bad = plan::read_engine(bytes, "test", nullptr);
+      bad.graph.nodes.back().tactic = graph::Tactic(bad_tactic);
       EXPECT_THROW(Engine::deserialize(plan::write_engine(bad)), CorruptEngineError) << what << ": " << bad_tactic;
     }
     // Stored packed by a builder that keeps NCHW plans: the same values within the tolerance.
     setenv("TENSORACLE_CUDNN_LAYOUT", "nchw", 1);
     const auto packed = build("cuda:0");
     unsetenv("TENSORACLE_CUDNN_LAYOUT");
-    for (const auto& l : Engine::deserialize(packed).layers()) EXPECT_EQ(l.tactic.find("/o:1"), std::string::npos) << l.tactic;
+    for (const auto& l : Engine::deserialize(packed).layers()) EXPECT_EQ(l.output_layout, "linear") << l.tactic;
     const std::vector<float> nchw = values(packed);
     for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(nchw[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " nchw at " << i;
   }
@@ -473,9 +487,9 @@ TEST(Cuda, TheDirectFirstLayerKernelMatchesTheCpuBackendExactly) {
       if (nlohmann::json::parse(e.target_json()).value("cudnn", 0) == 0) GTEST_SKIP() << "cuDNN is not available on this machine";
       const auto layers = e.layers();
       ASSERT_FALSE(layers.empty());
-      EXPECT_NE(layers[0].tactic.find("/l:4/"), std::string::npos) << what << ": " << layers[0].tactic;
-      EXPECT_NE(layers[0].tactic.find("/cfg:direct/"), std::string::npos) << what << ": " << layers[0].tactic;
-      EXPECT_EQ(layers[0].tactic.find("/o:1/") != std::string::npos, variant == 2) << what << ": " << layers[0].tactic;
+      EXPECT_NE(layers[0].tactic.find(" channels_last:4 "), std::string::npos) << what << ": " << layers[0].tactic;
+      EXPECT_NE(layers[0].tactic.find(" direct"), std::string::npos) << what << ": " << layers[0].tactic;
+      EXPECT_EQ(layers[0].output_layout == "channels_last", variant == 2) << what << ": " << layers[0].tactic;
       auto run = [&](const std::vector<std::byte>& b) { return Engine::deserialize(b).create_execution().run({{"x", {t, xd, x.data()}}}); };
       const auto ref = run(build("cpu"));
       const auto got = run(bytes);

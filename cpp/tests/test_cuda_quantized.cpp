@@ -83,7 +83,7 @@ TEST(Cuda, QuantizedProductsMatchTheCpuBackend) {
         if (l.type == "matrix_multiply") {
           folded = l.precision == type_name(c.quantized);
           if (dev) {
-            EXPECT_NE(l.tactic.find("." + std::string(type_name(c.quantized))), std::string::npos) << l.tactic;
+            EXPECT_TRUE(l.tactic.starts_with("cuda.gemm.cublaslt " + std::string(type_name(c.quantized)))) << l.tactic;
           }
         }
       EXPECT_TRUE(folded);
@@ -197,12 +197,12 @@ TEST(Cuda, FusedFp8GemmMatchesCublasltAndTheCpuBackend) {
     if (l.type == "matrix_multiply") fused_tactics.push_back(l.tactic);
   ASSERT_EQ(fused_tactics.size(), 2u);
   if (sm90) {
-    EXPECT_EQ(fused_tactics[0], "cuda.gemm.sm90.fp8.epilogue3");
-    EXPECT_EQ(fused_tactics[1], "cuda.gemm.sm90.fp8.epilogue2");
+    EXPECT_EQ(fused_tactics[0], "cuda.gemm.sm90.fp8 epilogue:3");
+    EXPECT_EQ(fused_tactics[1], "cuda.gemm.sm90.fp8 epilogue:2");
   }
   for (const auto& l : Engine::deserialize(lt_bytes).layers()) {
     if (l.type == "matrix_multiply") {
-      EXPECT_TRUE(l.tactic.starts_with("cuda.gemm.cublaslt.fp8")) << l.tactic;
+      EXPECT_TRUE(l.tactic.starts_with("cuda.gemm.cublaslt fp8")) << l.tactic;
     }
   }
 
@@ -280,15 +280,33 @@ TEST(Cuda, FusedFp8GemmMatchesCublasltAndTheCpuBackend) {
       EXPECT_LT(err, 2e-2 * mag) << rows << " rows";
     }
   }
-  // Malformed: a fused tactic whose op count is not the node's epilogue, or no such tactic.
+  // Malformed: a fused tactic whose op count is not the node's epilogue, or no such count; a
+  // cuBLASLt tactic whose precision or epilogue is not the node's.
   if (sm90) {
-    for (const char* bad : {"cuda.gemm.sm90.fp8.epilogue2", "cuda.gemm.sm90.fp8.epilogue4", "cuda.gemm.sm90.fp8.epilogue03"}) {
+    const graph::Tactic three(graph::FusedFp8GemmConfig{3});
+    for (int ops : {2, 4}) {
       plan::Plan pl = plan::read_engine(fused_bytes, "test", nullptr);
-      bool changed = false;
-      for (auto& node : pl.graph.nodes)
-        if (node.tactic == "cuda.gemm.sm90.fp8.epilogue3") node.tactic = bad, changed = true;
-      ASSERT_TRUE(changed);
-      EXPECT_THROW(Engine::deserialize(plan::write_engine(pl)), CorruptEngineError) << bad;
+      std::size_t changed = pl.graph.nodes.size();
+      for (std::size_t i = 0; i < pl.graph.nodes.size(); ++i)
+        if (pl.graph.nodes[i].tactic == three) changed = i;
+      ASSERT_LT(changed, pl.graph.nodes.size());
+      EXPECT_THROW(Engine::deserialize(plan::write_engine_with(
+                       pl, [&](nlohmann::json& j) { j["nodes"][changed]["tactic"]["epilogue_ops"] = ops; })),
+                   CorruptEngineError)
+          << ops;
     }
+  }
+  for (const auto& [precision, ops] : {std::pair{graph::CublasLtConfig::Precision::kInt8, 0},
+                                       std::pair{graph::CublasLtConfig::Precision::kFp8, 5}}) {
+    plan::Plan pl = plan::read_engine(lt_bytes, "test", nullptr);
+    bool changed = false;
+    for (auto& node : pl.graph.nodes)
+      if (auto* cfg = std::get_if<graph::CublasLtConfig>(&node.tactic.config)) {
+        cfg->precision = precision;
+        if (ops) cfg->epilogue_ops = ops;
+        changed = true;
+      }
+    ASSERT_TRUE(changed);
+    EXPECT_THROW(Engine::deserialize(plan::write_engine(pl)), CorruptEngineError);
   }
 }

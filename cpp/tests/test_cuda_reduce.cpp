@@ -135,9 +135,9 @@ TEST(Cuda, ReductionsOfFewOutputsSplitOverBlocksMatchTheCpuBackend) {
       if (o.type != DataType::kFLOAT || o.op != ReduceOperation::kSUM) continue;
       plan::Plan pl = plan::read_engine(bytes, "test", nullptr);
       ASSERT_EQ(pl.graph.nodes.size(), 1u);
-      pl.graph.nodes[0].tactic = "cuda.reduce";  // an engine from before the split
+      pl.graph.nodes[0].tactic = graph::Tactic("cuda.reduce");  // the unsplit kernel
       expect_same(run(plan::write_engine(pl)), "unsplit tactic");
-      pl.graph.nodes[0].tactic = "cuda.reduce.splits";
+      pl.graph.nodes[0].tactic = graph::Tactic("cuda.reduce.splits");
       EXPECT_THROW(Engine::deserialize(plan::write_engine(pl)), CorruptEngineError);
     }
   }

@@ -1,18 +1,20 @@
-// How the CUDA backend writes a cuDNN convolution (backends/cuda/cudnn_tactic.h) and a matrix
-// multiply (backends/cuda/gemm_tactic.h) into an engine's tactic and reads them back:
-// CUDA-free, so it runs here. Engine files are untrusted input: everything but the format
-// functions' own output is refused.
+// A node's tactic as the plan stores it (graph/tactic.h: one strict reader for every backend's
+// tactics) and the CUDA backend's reading of a cuDNN convolution's (backends/cuda/cudnn_tactic.h),
+// then where the CUDA backend stores values channels-last (layouts.h): CUDA-free, so it runs
+// here. Engine files are untrusted input: everything but what the writer writes is refused.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 
 #include "backends/cuda/cudnn_tactic.h"
-#include "backends/cuda/gemm_tactic.h"
 #include "backends/cuda/layouts.h"
+#include "graph/tactic.h"
+#include "tensoracle/errors.h"
 
 using namespace tensoracle;
 using namespace tensoracle::cuda;
+using nlohmann::json;
 
 namespace {
 
@@ -42,153 +44,141 @@ CudnnTactic channels_last_sample() {
   return t;
 }
 
-// `text` with the first `from` replaced by `to` (from must occur).
-std::string replaced_in(std::string text, const std::string& from, const std::string& to) {
-  text.replace(text.find(from), from.size(), to);
-  return text;
+// Whether the plan's reader takes `j`; when it does, it must write back exactly `j`.
+bool reads(const json& j) {
+  try {
+    const graph::Tactic t = graph::tactic_of(j);
+    EXPECT_EQ(graph::tactic_json(t), j);
+    return true;
+  } catch (const CorruptEngineError&) {
+    return false;
+  }
 }
+
+// `j` with field `key` set to `v` (or removed, for a discarded value).
+json with(json j, const std::string& key, const json& v) {
+  if (v.is_discarded()) j.erase(key);
+  else j[key] = v;
+  return j;
+}
+
+const json kRemoved = json::value_t::discarded;
 
 }  // namespace
 
-TEST(CudnnTactic, RoundTrips) {
-  for (int variant = 0; variant < 5; ++variant) {
-    CudnnTactic t = variant >= 3 ? channels_last_sample() : sample();
-    t.out_channels_last = variant == 4;
-    if (variant == 1) {  // 3-D, bfloat16, no bias, no knobs
-      t.shape = {DataType::kBF16, {1, 4, 6, 7, 8}, {8, 4, 3, 3, 3}, {1, 8, 6, 7, 8}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
-                 {1, 1, 1}, false};
-      t.config = "7";
-      t.workspace = 0;
-    }
-    if (variant == 2) t.shape.type = DataType::kFLOAT;
-    const std::string text = format_cudnn_tactic(t);
+TEST(Tactic, RoundTripsEveryKindTheBackendsWrite) {
+  const std::string hex = std::string(64, '0') + std::string(64, 'f');
+  std::vector<graph::Tactic> tactics = {
+      graph::Tactic("cpu.gemm.onednn"),
+      graph::Tactic("cuda.reduce.split"),
+      graph::Tactic(graph::CublasLtConfig{}),
+      graph::Tactic(graph::CublasLtConfig{graph::CublasLtConfig::Precision::kInt8, 1, hex, std::nullopt}),
+      graph::Tactic(graph::CublasLtConfig{graph::CublasLtConfig::Precision::kFp8, 0, "", std::uint64_t{0}}),
+      graph::Tactic(graph::CublasLtConfig{graph::CublasLtConfig::Precision::kNative, 2, hex, std::uint64_t{1048320}}),
+      graph::Tactic(graph::FusedFp8GemmConfig{2}),
+      graph::Tactic(graph::FusedFp8GemmConfig{3}),
+      to_tactic(sample()),
+      to_tactic(channels_last_sample()),
+  };
+  CudnnTactic three_d = sample();  // 3-D, bfloat16, no bias, no knobs
+  three_d.shape = {DataType::kBF16, {1, 4, 6, 7, 8}, {8, 4, 3, 3, 3}, {1, 8, 6, 7, 8}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
+                   {1, 1, 1}, false};
+  three_d.config = "7";
+  tactics.push_back(to_tactic(three_d));
+  for (const auto& t : tactics) {
+    const json j = graph::tactic_json(t);
+    EXPECT_EQ(graph::tactic_of(j), t) << j.dump();
+    EXPECT_EQ(graph::tactic_of(json::parse(j.dump())), t) << j.dump();  // through the file's text
+  }
+  EXPECT_EQ(graph::tactic_json(tactics[0]), json({{"kernel", "cpu.gemm.onednn"}}));
+  EXPECT_EQ(graph::tactic_json(tactics[5]).dump(),
+            R"({"algo":")" + hex + R"(","epilogue_ops":2,"kernel":"cuda.gemm.cublaslt","precision":"native","workspace":1048320})");
+  EXPECT_EQ(graph::tactic_json(tactics[8]).dump(),
+            R"({"accumulate":true,"channels_last":0,"dilation":[1,1],"engine":62,"kernel":"cuda.convolution.cudnn",)"
+            R"("knobs":[[2,4],[13,0],[18,0],[25,1],[27,7],[28,1]],"post":[1,1],"pre":[1,1],"stride":[1,1],)"
+            R"("type":"float16","w":[64,64,3,3],"workspace":4096,"x":[32,64,56,56],"y":[32,64,56,56]})");
+  EXPECT_EQ(graph::describe(tactics[3]), "cuda.gemm.cublaslt int8 epilogue:1 algo:" + hex);
+  EXPECT_EQ(graph::describe(tactics[6]), "cuda.gemm.sm90.fp8 epilogue:2");
+  EXPECT_EQ(graph::describe(graph::Tactic()), "");
+  // The backend reads a cuDNN tactic back as it wrote it.
+  for (const CudnnTactic& c : {sample(), channels_last_sample(), three_d}) {
     CudnnTactic back;
-    ASSERT_TRUE(parse_cudnn_tactic(text, back)) << text;
-    EXPECT_EQ(back.shape, t.shape) << text;
-    EXPECT_EQ(back.config, t.config);
-    EXPECT_EQ(back.workspace, t.workspace);
-    EXPECT_EQ(back.out_channels_last, t.out_channels_last);
-    EXPECT_EQ(format_cudnn_tactic(back), text);
+    ASSERT_TRUE(from_tactic(to_tactic(c), back));
+    EXPECT_EQ(back.shape, c.shape);
+    EXPECT_EQ(back.config, c.config);
+    EXPECT_EQ(back.workspace, c.workspace);
   }
-  EXPECT_EQ(format_cudnn_tactic(sample()),
-            "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:1"
-            "/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096");
-  EXPECT_EQ(format_cudnn_tactic(channels_last_sample()),
-            "cuda.convolution.cudnn/t:1/x:8x3x224x224/w:64x3x7x7/y:8x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4"
-            "/cfg:5,2=1/ws:0");
-  CudnnTactic chained = channels_last_sample();
-  chained.out_channels_last = true;
-  EXPECT_EQ(format_cudnn_tactic(chained),
-            "cuda.convolution.cudnn/t:1/x:8x3x224x224/w:64x3x7x7/y:8x64x112x112/s:2x2/d:1x1/p:3x3/q:3x3/a:0/l:4/o:1"
-            "/cfg:5,2=1/ws:0");
-  CudnnTactic packed = sample();  // a packed plan writing a channels-last output
-  packed.shape.accumulate = false;
-  packed.out_channels_last = true;
-  EXPECT_EQ(format_cudnn_tactic(packed),
-            "cuda.convolution.cudnn/t:1/x:32x64x56x56/w:64x64x3x3/y:32x64x56x56/s:1x1/d:1x1/p:1x1/q:1x1/a:0/o:1"
-            "/cfg:62,2=4,13=0,18=0,25=1,27=7,28=1/ws:4096");
+  CudnnTactic back;
+  EXPECT_FALSE(from_tactic(tactics[2], back));  // a GEMM's: not a convolution's
 }
 
-// The output-layout field: "o:1", after a:0 and the channels-last field if any.
-TEST(CudnnTactic, RefusesOutputLayoutItDoesNotWrite) {
-  CudnnTactic chained = channels_last_sample();
-  chained.out_channels_last = true;
-  const std::string good = format_cudnn_tactic(chained);
-  for (const std::string& s : {good, replaced_in(good, "/l:4/o:1", "/o:1")}) {
-    CudnnTactic t;
-    ASSERT_TRUE(parse_cudnn_tactic(s, t)) << s;
-    EXPECT_TRUE(t.out_channels_last);
-    EXPECT_EQ(format_cudnn_tactic(t), s);
-  }
-  const std::string bad[] = {
-      replaced_in(good, "o:1", "o:0"),
-      replaced_in(good, "o:1", "o:2"),
-      replaced_in(good, "o:1", "o:"),
-      replaced_in(good, "o:1", "o:01"),
-      replaced_in(good, "/l:4/o:1", "/o:1/l:4"),             // out of order
-      replaced_in(good, "/o:1", "/o:1/o:1"),
-      replaced_in(good, "/o:1/cfg:5,2=1", "/cfg:5,2=1/o:1"),
-      replaced_in(format_cudnn_tactic(sample()), "/a:1", "/a:1/o:1"),  // onto a bias written first: never
+TEST(Tactic, RefusesWhatItDoesNotWrite) {
+  const json gemm = graph::tactic_json(graph::Tactic(graph::CublasLtConfig{}));
+  const json conv = graph::tactic_json(to_tactic(sample()));
+  const json bad[] = {
+      json(),
+      json("cpu.gemm.onednn"),  // engine format 1's string
+      json::array(),
+      json::object(),
+      json({{"kernel", 3}}),
+      json({{"kernel", "CPU.gemm"}}),
+      json({{"kernel", "cpu gemm"}}),
+      json({{"kernel", std::string(65, 'a')}}),
+      json({{"kernel", ""}, {"algo", ""}}),
+      json({{"kernel", "cpu.gemm.onednn"}, {"workspace", 0}}),  // a configuration for a kernel without one
+      with(gemm, "precision", "int4"),
+      with(gemm, "precision", kRemoved),
+      with(gemm, "epilogue_ops", -1),
+      with(gemm, "epilogue_ops", 65),
+      with(gemm, "epilogue_ops", 1.0),
+      with(gemm, "epilogue_ops", "1"),
+      with(gemm, "algo", "ABCD"),
+      with(gemm, "algo", "abc"),
+      with(gemm, "algo", 12),
+      with(gemm, "workspace", -1),
+      with(gemm, "workspace", "0"),
+      with(gemm, "other", 1),
+      json({{"kernel", "cuda.gemm.sm90.fp8"}, {"epilogue_ops", 1}}),
+      json({{"kernel", "cuda.gemm.sm90.fp8"}, {"epilogue_ops", 4}}),
+      json({{"kernel", "cuda.gemm.sm90.fp8"}}),
+      json({{"kernel", "cuda.gemm.sm90.fp8"}, {"epilogue_ops", 3}, {"algo", ""}}),
+      with(conv, "type", "int8"),
+      with(conv, "type", "float64"),
+      with(conv, "x", json({32, 64, 56})),                    // rank 3
+      with(conv, "x", json({32, 64, 0, 56})),                 // empty dim
+      with(conv, "x", json({32, 64, 56, 56, 1, 1})),
+      with(conv, "x", json({32, 64, 56, std::uint64_t{1} << 41})),
+      with(conv, "x", json({32, 64, 56, -1})),
+      with(conv, "stride", json({1})),                         // spatial rank mismatch
+      with(conv, "stride", json({0, 1})),
+      with(conv, "pre", json({-1, 1})),
+      with(conv, "accumulate", 1),
+      with(conv, "engine", -62),
+      with(conv, "engine", "cudnn"),
+      with(conv, "knobs", json({json({2})})),
+      with(conv, "knobs", json({json({-2, 4})})),
+      with(conv, "knobs", json({json({2, 4, 5})})),
+      with(conv, "workspace", -1),
+      with(conv, "workspace", kRemoved),
+      with(conv, "engine", "direct"),  // the direct kernel with cuDNN's knobs
   };
-  for (const auto& s : bad) {
-    CudnnTactic t;
-    EXPECT_FALSE(parse_cudnn_tactic(s, t)) << s;
+  for (const auto& j : bad) EXPECT_FALSE(reads(j)) << j.dump();
+  try {
+    graph::tactic_of(with(gemm, "epilogue_ops", 65));
+  } catch (const CorruptEngineError& e) {
+    EXPECT_STREQ(e.what(), "[engine] its plan has a tactic whose 'epilogue_ops' (65) is out of range");
   }
 }
 
-// The channels-last field: only where the builder writes it (groups 1, no accumulation, the
-// padded count within 8 of the channels).
-TEST(CudnnTactic, RefusesChannelsLastItDoesNotWrite) {
-  const std::string good = format_cudnn_tactic(channels_last_sample());
-  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(good, from, to); };
-  for (const char* l : {"l:3", "l:8", "l:10"}) {  // 3 to 10 channels hold 3
-    CudnnTactic t;
-    EXPECT_TRUE(parse_cudnn_tactic(replaced("l:4", l), t)) << l;
-  }
-  const std::string bad[] = {
-      replaced("l:4", "l:0"),
-      replaced("l:4", "l:2"),                              // fewer than the 3 channels
-      replaced("l:4", "l:11"),                             // 8 or more beyond them
-      replaced("l:4", "l:04"),
-      replaced("l:4", "l:-4"),
-      replaced("l:4", "l:"),
-      replaced("a:0", "a:1"),                              // accumulating onto a copy: never written
-      replaced("w:64x3x7x7", "w:64x1x7x7"),                // groups
-      replaced("/a:0/l:4", "/l:4/a:0"),                    // out of order
-      replaced("/l:4/cfg:5,2=1", "/cfg:5,2=1/l:4"),
-      replaced("/l:4", "/l:4/l:4"),
-  };
-  for (const auto& s : bad) {
-    CudnnTactic t;
-    EXPECT_FALSE(parse_cudnn_tactic(s, t)) << s;
-  }
-}
-
-TEST(CudnnTactic, RefusesWhatItDoesNotWrite) {
-  const std::string good = format_cudnn_tactic(sample());
-  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(good, from, to); };
-  const std::string bad[] = {
-      "",
-      "cuda.convolution",
-      "cuda.convolution.cudnn/",
-      good.substr(0, good.size() - 5),                 // cut inside ws
-      good + "/",                                      // trailing field separator
-      good + "x",                                      // ws not a number
-      replaced("t:1", "t:2"),                          // int8: not a float type
-      replaced("t:1", "t:-0"),
-      replaced("x:32x64x56x56", "x:32x64x56"),         // rank 3
-      replaced("x:32x64x56x56", "x:32x64x0x56"),       // empty dim
-      replaced("x:32x64x56x56", "x:32x64x56x56x1x1x1x1x1"),
-      replaced("x:32x64x56x56", "x:32xx64x56x56"),
-      replaced("x:32x64x56x56", "x:32x64x56x99999999999999999999"),
-      replaced("s:1x1", "s:1"),                        // spatial rank mismatch
-      replaced("s:1x1", "s:0x1"),
-      replaced("p:1x1", "p:-1x1"),
-      replaced("a:1", "a:2"),
-      replaced("cfg:62,", "cfg:-62,"),
-      replaced("cfg:62,", "cfg:62,,"),
-      replaced("2=4", "2=="),
-      replaced("2=4", "=4"),
-      replaced("/w:", "/W:"),
-      replaced("/s:1x1/d:1x1", "/d:1x1/s:1x1"),       // fields out of order
-      replaced("/ws:4096", "/ws:-1"),
-      replaced("/ws:4096", ""),
-  };
-  for (const auto& s : bad) {
-    CudnnTactic t;
-    EXPECT_FALSE(parse_cudnn_tactic(s, t)) << s;
-  }
-}
-
-// Random edits of a good tactic (bytes changed, inserted, removed, truncated): the parser
-// accepts only strings that format back to themselves, and never reads out of bounds (the
-// sanitizers of the fuzz build check that; fuzz_cuda_tactic does the same on arbitrary bytes).
-TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
-  CudnnTactic chained = channels_last_sample();
-  chained.out_channels_last = true;
-  const std::string good[] = {format_cudnn_tactic(sample()), format_cudnn_tactic(channels_last_sample()),
-                              format_cudnn_tactic(chained)};
-  const std::string alphabet = "0123456789x/:,=-tawyqpdsclo";
+// Random edits of good tactics' text (bytes changed, inserted, removed, truncated): the reader
+// accepts only documents that write back to themselves (fuzz_tactic does the same on arbitrary
+// bytes, with the sanitizers).
+TEST(Tactic, RandomEditsReadOnlyToCanonicalForms) {
+  const std::string good[] = {graph::tactic_json(to_tactic(sample())).dump(),
+                              graph::tactic_json(to_tactic(channels_last_sample())).dump(),
+                              graph::tactic_json(graph::Tactic(graph::CublasLtConfig{
+                                  graph::CublasLtConfig::Precision::kFp8, 1, "00ff", std::uint64_t{7}})).dump()};
+  const std::string alphabet = "0123456789,:[]{}\"-.etrufalsn";
   std::mt19937 rng(7);
   int accepted = 0;
   for (int i = 0; i < 20000; ++i) {
@@ -203,39 +193,48 @@ TEST(CudnnTactic, RandomEditsParseOnlyToCanonicalForms) {
         default: s.resize(at); break;
       }
     }
-    CudnnTactic t;
-    if (parse_cudnn_tactic(s, t)) {
-      ++accepted;
-      EXPECT_EQ(format_cudnn_tactic(t), s);
-    }
+    const json j = json::parse(s, nullptr, false);
+    if (!j.is_discarded() && reads(j)) ++accepted;
   }
   EXPECT_GT(accepted, 0);  // e.g. a digit changed inside a number
 }
 
-// "cfg:direct" (the backend's own kernel for few input channels) parses only for the problems
-// that kernel runs: channels-last with 4 padded channels, float16/bfloat16, 2-D, no groups, a
-// multiple of 64 output channels, dilation 1, windows up to 32, strides up to 16, int-sized.
+// The channels-last field: only where the builder writes it (groups 1, no accumulation, the
+// padded count within 8 of the channels).
+TEST(CudnnTactic, RefusesChannelsLastItDoesNotWrite) {
+  const json good = graph::tactic_json(to_tactic(channels_last_sample()));
+  for (int l : {3, 8, 10}) EXPECT_TRUE(reads(with(good, "channels_last", l))) << l;  // 3 to 10 channels hold 3
+  const json bad[] = {
+      with(good, "channels_last", 2),     // fewer than the 3 channels
+      with(good, "channels_last", 11),    // 8 or more beyond them
+      with(good, "channels_last", -4),
+      with(good, "accumulate", true),     // accumulating onto a copy: never written
+      with(good, "w", json({64, 1, 7, 7})),  // groups
+  };
+  for (const auto& j : bad) EXPECT_FALSE(reads(j)) << j.dump();
+}
+
+// The direct kernel (engine "direct": the backend's own kernel for few input channels) is read
+// only for the problems it runs: channels-last with 4 padded channels, float16/bfloat16, 2-D,
+// no groups, a multiple of 64 output channels, dilation 1, windows up to 32, strides up to 16,
+// int-sized. (The plan's reader takes the others; the backend refuses them.)
 TEST(CudnnTactic, TheDirectKernelsConfigurationOnlyForItsProblems) {
   CudnnTactic t = channels_last_sample();
   t.config = std::string(kDirectConfig);
   EXPECT_TRUE(direct_conv_supported(t.shape));
-  for (bool out : {false, true}) {
-    t.out_channels_last = out;
-    const std::string text = format_cudnn_tactic(t);
-    EXPECT_NE(text.find("/l:4/"), std::string::npos) << text;
-    CudnnTactic back;
-    ASSERT_TRUE(parse_cudnn_tactic(text, back)) << text;
-    EXPECT_EQ(back.config, "direct");
-    EXPECT_EQ(back.out_channels_last, out);
-    EXPECT_EQ(format_cudnn_tactic(back), text);
-  }
-  t.out_channels_last = false;
+  const graph::Tactic tactic = to_tactic(t);
+  EXPECT_FALSE(std::get<graph::CudnnConvConfig>(tactic.config).engine.has_value());
+  EXPECT_EQ(graph::tactic_json(tactic)["engine"], "direct");
+  CudnnTactic back;
+  ASSERT_TRUE(from_tactic(tactic, back));
+  EXPECT_EQ(back.config, "direct");
+  EXPECT_EQ(back.shape, t.shape);
   auto refused = [&](const char* why, auto edit) {
     CudnnTactic u = t;
     edit(u.shape);
     EXPECT_FALSE(direct_conv_supported(u.shape)) << why;
-    CudnnTactic back;
-    EXPECT_FALSE(parse_cudnn_tactic(format_cudnn_tactic(u), back)) << why << ": " << format_cudnn_tactic(u);
+    CudnnTactic b;
+    EXPECT_FALSE(from_tactic(to_tactic(u), b)) << why;
   };
   refused("float32", [](CudnnConvShape& s) { s.type = DataType::kFLOAT; });
   refused("8 padded channels", [](CudnnConvShape& s) { s.channels_last = 8; });
@@ -250,7 +249,7 @@ TEST(CudnnTactic, TheDirectKernelsConfigurationOnlyForItsProblems) {
          false, 4};
   });
   refused("2^31 output elements", [](CudnnConvShape& s) { s.x[0] = s.y[0] = 4096; });
-  // Found by fuzz_cuda_tactic: the sizes' products overflowed before they were bounded.
+  // Found by the fuzzer: the sizes' products overflowed before they were bounded.
   refused("a batch of 6466666666666666666", [](CudnnConvShape& s) { s.y[0] = 6466666666666666666; });
   refused("another batch in y", [](CudnnConvShape& s) { s.y[0] = 7; });
   refused("an image 2^40 wide", [](CudnnConvShape& s) { s.x[3] = std::int64_t{1} << 40; });
@@ -261,79 +260,6 @@ TEST(CudnnTactic, TheDirectKernelsConfigurationOnlyForItsProblems) {
     s.x[2] = s.x[3] = 1024;
     s.y[2] = s.y[3] = 61;
   });
-  // A cuDNN configuration that is not a number is still refused.
-  CudnnTactic back;
-  EXPECT_FALSE(parse_cudnn_tactic(replaced_in(format_cudnn_tactic(t), "cfg:direct", "cfg:direkt"), back));
-  EXPECT_FALSE(parse_cudnn_tactic(replaced_in(format_cudnn_tactic(t), "cfg:direct", "cfg:direct,2=1"), back));
-}
-
-TEST(GemmTactic, RoundTripsEveryShapeTheBuilderWrites) {
-  const std::string hex = std::string(64, '0') + std::string(64, 'f');
-  const GemmTactic tactics[] = {
-      {"cuda.gemm.cublaslt", "", std::nullopt},
-      {"cuda.gemm.cublaslt.epilogue2", "", std::nullopt},
-      {"cuda.gemm.cublaslt.int8.epilogue1", hex, std::nullopt},
-      {"cuda.gemm.cublaslt.fp8", "", std::uint64_t{0}},
-      {"cuda.gemm.cublaslt.epilogue1", hex, std::uint64_t{1048320}},
-  };
-  for (const auto& t : tactics) {
-    const std::string text = format_gemm_tactic(t);
-    GemmTactic back;
-    ASSERT_TRUE(parse_gemm_tactic(text, back)) << text;
-    EXPECT_EQ(back, t) << text;
-  }
-  EXPECT_EQ(format_gemm_tactic(tactics[4]), "cuda.gemm.cublaslt.epilogue1/algo:" + hex + "/ws:1048320");
-}
-
-TEST(GemmTactic, RefusesWhatItDoesNotWrite) {
-  const std::string bad[] = {
-      "",
-      "cuda.gemm",
-      "cuda.gemm.cublasLt",
-      "cuda.gemm.cublaslt.",
-      "cuda.gemm.cublaslt.int4",
-      "cuda.gemm.cublaslt.fp8.int8",
-      "cuda.gemm.cublaslt.epilogue",
-      "cuda.gemm.cublaslt.epilogue0",
-      "cuda.gemm.cublaslt.epilogue01",
-      "cuda.gemm.cublaslt.epilogue-1",
-      "cuda.gemm.cublaslt.epilogue1.int8",
-      "cuda.gemm.cublaslt/",
-      "cuda.gemm.cublaslt/algo:",
-      "cuda.gemm.cublaslt/algo:ABCD",
-      "cuda.gemm.cublaslt/algo:12/",
-      "cuda.gemm.cublaslt/ws:",
-      "cuda.gemm.cublaslt/ws:-1",
-      "cuda.gemm.cublaslt/ws:01",
-      "cuda.gemm.cublaslt/ws:99999999999999999999999",
-      "cuda.gemm.cublaslt/ws:10/algo:12",  // fields out of order
-      "cuda.gemm.cublaslt/algo:12/algo:12",
-      "cuda.gemm.cublaslt/ws:10/ws:10",
-      "cuda.gemm.cublaslt/other:1",
-  };
-  for (const auto& s : bad) {
-    GemmTactic t;
-    EXPECT_FALSE(parse_gemm_tactic(s, t)) << s;
-  }
-}
-
-TEST(GemmTactic, TheFusedFp8GemmsTacticNamesTwoOrThreeOps) {
-  for (int ops : {2, 3}) {
-    const std::string text = format_fused_fp8_tactic(ops);
-    EXPECT_EQ(text, "cuda.gemm.sm90.fp8.epilogue" + std::to_string(ops));
-    int back = 0;
-    ASSERT_TRUE(parse_fused_fp8_tactic(text, back)) << text;
-    EXPECT_EQ(back, ops);
-    GemmTactic g;
-    EXPECT_FALSE(parse_gemm_tactic(text, g)) << text;  // not a cuBLASLt tactic
-  }
-  for (const char* bad : {"", "cuda.gemm.sm90.fp8", "cuda.gemm.sm90.fp8.epilogue", "cuda.gemm.sm90.fp8.epilogue1",
-                          "cuda.gemm.sm90.fp8.epilogue4", "cuda.gemm.sm90.fp8.epilogue03", "cuda.gemm.sm90.fp8.epilogue-3",
-                          "cuda.gemm.sm90.fp8.epilogue3/algo:12", "cuda.gemm.sm90.fp8.epilogue3/ws:0", "cuda.gemm.sm90.fp8.epilogue3 ",
-                          "cuda.gemm.sm90.int8.epilogue3", "cuda.gemm.cublaslt.fp8.epilogue3"}) {
-    int ops = 0;
-    EXPECT_FALSE(parse_fused_fp8_tactic(bad, ops)) << bad;
-  }
 }
 
 // The builder now describes a strided convolution's padding after as symmetric where that
@@ -421,10 +347,11 @@ struct Chain {
     pool.output = out;
     g.nodes = {conv0, conv1, pool};
   }
-  static std::string tactic(bool out_channels_last) {
-    CudnnTactic t = channels_last_sample();
-    t.out_channels_last = out_channels_last;
-    return format_cudnn_tactic(t);
+  // Node `i` on a cuDNN tactic, its output stored channels-last or not.
+  void store(std::size_t i, bool channels_last) {
+    g.nodes[i].tactic = to_tactic(channels_last_sample());
+    g.values[static_cast<std::size_t>(g.nodes[i].output)].layout =
+        channels_last ? graph::Layout::kChannelsLast : graph::Layout::kLinear;
   }
   CudnnConvShape shape(DataType type = DataType::kHALF, std::int64_t k = 16) const {
     CudnnConvShape s;
@@ -447,31 +374,32 @@ struct Chain {
 
 }  // namespace
 
-// A value's layout is its producer's tactic; only a convolution's "o:1" makes it channels-last.
-TEST(ChannelsLastValues, FollowTheProducersTactic) {
+// A value's layout is Value::layout, which the builder sets with its producer's tactic; the
+// loader accepts a channels-last output only from a convolution on cuDNN's tactic or a pooling
+// over a channels-last value, with readers as channels_last_readers_ok asks.
+TEST(ChannelsLastValues, AreTheValuesLayoutWhereItsWriterMayStoreIt) {
   Chain c;
-  EXPECT_FALSE(channels_last_value(c.g, 0));  // the network input: no producer
+  EXPECT_FALSE(channels_last_value(c.g, 0));  // the network input
   EXPECT_FALSE(channels_last_value(c.g, 2));
-  c.g.nodes[0].tactic = Chain::tactic(false);
+  c.store(0, false);
   EXPECT_FALSE(channels_last_value(c.g, 2));
-  c.g.nodes[0].tactic = Chain::tactic(true);
+  c.store(0, true);
   EXPECT_TRUE(channels_last_value(c.g, 2));
-  c.g.nodes[0].tactic = Chain::tactic(true) + "x";  // malformed: not channels-last (the loader refuses it)
-  EXPECT_FALSE(channels_last_value(c.g, 2));
-  // A pooling's own tactic says it; a convolution's tactic on another layer says nothing.
-  c.g.nodes[2].tactic = std::string(kPoolingChannelsLastTactic);
-  EXPECT_TRUE(channels_last_value(c.g, 5));
-  c.g.nodes[2].tactic = "cuda.pooling";
-  EXPECT_FALSE(channels_last_value(c.g, 5));
-  c.g.nodes[2].tactic = Chain::tactic(true);
-  EXPECT_FALSE(channels_last_value(c.g, 5));
-  c.g.nodes[2].params = ElementWiseParams{};
-  EXPECT_FALSE(channels_last_value(c.g, 5));
-  c.g.nodes[0].tactic = std::string(kPoolingChannelsLastTactic);  // on a convolution
-  EXPECT_FALSE(channels_last_value(c.g, 2));
+  std::string why;
+  EXPECT_TRUE(channels_last_writer_ok(c.g, c.g.nodes[0], &why)) << why;
+  c.g.nodes[0].tactic = graph::Tactic("cuda.convolution");  // the backend's own path never stores it so
+  EXPECT_FALSE(channels_last_writer_ok(c.g, c.g.nodes[0], &why));
+  EXPECT_NE(why.find("not a cuDNN convolution's"), std::string::npos) << why;
+  // A pooling over a packed value, then over a channels-last one (its output a network output:
+  // refused by the readers' check).
+  EXPECT_FALSE(channels_last_writer_ok(c.g, c.g.nodes[2], &why));
+  EXPECT_EQ(why, "its input is not");
+  c.store(1, true);
+  EXPECT_FALSE(channels_last_writer_ok(c.g, c.g.nodes[2], &why));
+  EXPECT_NE(why.find("network output"), std::string::npos) << why;
 }
 
-// What the loader accepts for a node whose tactic says o:1: a convolution or a pooling without
+// What the loader accepts for a node whose output is stored channels-last: a convolution or a pooling without
 // epilogue layers writes it; only convolutions and poolings read the value, as data, or
 // convolutions as an elementwise epilogue operand; never the network, a kernel or a bias input,
 // a quantize's scale, or another layer.
@@ -591,7 +519,7 @@ Chain pooled_chain() {
   conv2.inputs = {5, 3};
   conv2.output = 6;
   c.g.nodes.push_back(conv2);
-  c.g.nodes[1].tactic = Chain::tactic(true);  // r channels-last
+  c.store(1, true);  // r channels-last
   return c;
 }
 
@@ -605,7 +533,7 @@ TEST(ChannelsLastValues, APoolingBetweenChainedConvolutionsKeepsTheLayout) {
   EXPECT_FALSE(pooling_chain_output(c.g, c.g.nodes[1]));  // not a pooling
   {
     Chain d = c;  // its input packed
-    d.g.nodes[1].tactic = Chain::tactic(false);
+    d.store(1, false);
     EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
   }
   for (DataType t : {DataType::kFLOAT, DataType::kINT8}) {
@@ -645,8 +573,8 @@ TEST(ChannelsLastValues, APoolingBetweenChainedConvolutionsKeepsTheLayout) {
     EXPECT_FALSE(pooling_chain_output(d.g, d.g.nodes[2]));
   }
   Chain d = c;  // so stored, the loader's check holds
-  d.g.nodes[2].tactic = std::string(kPoolingChannelsLastTactic);
+  d.g.values[5].layout = graph::Layout::kChannelsLast;
   std::string why;
-  EXPECT_TRUE(channels_last_readers_ok(d.g, d.g.nodes[2], &why)) << why;
+  EXPECT_TRUE(channels_last_writer_ok(d.g, d.g.nodes[2], &why)) << why;
   EXPECT_TRUE(channels_last_value(d.g, 5));
 }

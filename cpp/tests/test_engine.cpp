@@ -485,8 +485,9 @@ TEST(Engine, PlansThatMisplaceMemoryOrBindTheWrongValuesAreCorrupt) {
   }
 }
 
-// A pooling's channels-last tactic (cpu.pooling.nhwc) is taken only where the builder writes
-// it: over a value stored packed, or with a network output as its result, it is refused.
+// A pooling's output stored channels-last (Value::layout) is taken only where the builder
+// stores it so: over a value stored packed, or with a network output as its result, it is
+// refused.
 TEST(Engine, AChannelsLastPoolingOverPackedValuesIsCorrupt) {
   auto graph = [](Network& net) {
     auto* x = net.add_input("x", DataType::kFLOAT, {1, 2, 6, 6});
@@ -503,12 +504,47 @@ TEST(Engine, AChannelsLastPoolingOverPackedValuesIsCorrupt) {
   bool found = false;
   for (auto& n : p.graph.nodes)
     if (n.name == "pool") {
-      EXPECT_EQ(n.tactic, "cpu.pooling");
-      n.tactic = "cpu.pooling.nhwc";
+      EXPECT_EQ(n.tactic, graph::Tactic("cpu.pooling"));
       found = true;
     }
   ASSERT_TRUE(found);
-  EXPECT_THROW(Engine::deserialize(plan::write_engine(p)), CorruptEngineError);
+  // The network output channels-last: the plan's own check (graph::verify).
+  auto edit = [](nlohmann::json& j) {
+    for (auto& v : j["values"])
+      if (v["name"] == "y") v["layout"] = "channels_last";
+  };
+  try {
+    Engine::deserialize(plan::write_engine_with(p, edit));
+    ADD_FAILURE() << "accepted a channels-last network output";
+  } catch (const CorruptEngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("is stored channels-last but is a network output"), std::string::npos) << e.what();
+  }
+  // An internal value: the pooling's output read by a second pooling, over a packed input.
+  auto two = [](Network& net) {
+    auto* x = net.add_input("x", DataType::kFLOAT, {1, 2, 8, 8});
+    auto* pool = net.add_pooling_nd(x, PoolingType::kMAX, Dims{2, 2});
+    pool->set_name("pool");
+    pool->get_output(0)->set_name("mid");
+    auto* second = net.add_pooling_nd(pool->get_output(0), PoolingType::kMAX, Dims{2, 2});
+    second->get_output(0)->set_name("y");
+    net.mark_output(second->get_output(0));
+  };
+  d.inputs["x"] = InputShape::fixed({1, 2, 8, 8});
+  const auto built2 = build_serialized_engine(two, d);
+  plan::Plan p2 = plan::read_engine(built2, "test", nullptr);
+  for (const auto& v : p2.graph.values) EXPECT_EQ(v.layout, graph::Layout::kLinear) << v.name;
+  try {
+    Engine::deserialize(plan::write_engine_with(p2, [](nlohmann::json& j) {
+      for (auto& v : j["values"])
+        if (v["name"] == "mid") v["layout"] = "channels_last";
+    }));
+    ADD_FAILURE() << "accepted a channels-last pooling over a packed value";
+  } catch (const CorruptEngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("its output is stored channels-last"), std::string::npos) << e.what();
+  }
+  // A layout the format does not have.
+  EXPECT_THROW(Engine::deserialize(plan::write_engine_with(p2, [](nlohmann::json& j) { j["values"][1]["layout"] = "nhwc"; })),
+               CorruptEngineError);
 }
 
 TEST(Engine, OtherVersionsAndTargetsAreIncompatible) {
@@ -520,7 +556,7 @@ TEST(Engine, OtherVersionsAndTargetsAreIncompatible) {
     Engine::deserialize(v2);
     FAIL();
   } catch (const IncompatibleEngineError& e) {
-    EXPECT_NE(std::string(e.what()).find("engine format version 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("engine format version " + std::to_string(kEngineFormatVersion + 1)), std::string::npos) << e.what();
   }
   plan::Plan cuda = p;
   cuda.target["backend"] = "cuda";

@@ -228,14 +228,39 @@ TEST_F(Hostile, AnOutputIsListedOnce) {
   expect_corrupt("is not produced by a layer", [&](nlohmann::json& j) { j["outputs"][1] = x; });
 }
 
-// A CPU engine's tactics must be the CPU backend's kernels for that layer.
+// A CPU engine's tactics must be the CPU backend's kernels for that layer, and well-formed
+// tactic objects (graph/tactic.h) to be read at all.
 TEST_F(Hostile, TacticsOfAnotherBackendOrJunkAreCorrupt) {
   const int product = node("product");
+  const nlohmann::json cublaslt = {{"kernel", "cuda.gemm.cublaslt"}, {"precision", "native"}, {"epilogue_ops", 2},
+                                   {"algo", ""}, {"workspace", nullptr}};
   expect_corrupt("is not one of the CPU backend's kernels for this matrix_multiply layer",
-                 [&](nlohmann::json& j) { j["nodes"][product]["tactic"] = "cuda.gemm.cublaslt.epilogue2"; });
-  expect_corrupt("is not one of the CPU backend's kernels", [&](nlohmann::json& j) { j["nodes"][product]["tactic"] = "\x01junk"; });
+                 [&](nlohmann::json& j) { j["nodes"][product]["tactic"] = cublaslt; });
   expect_corrupt("is not one of the CPU backend's kernels",
-                 [&](nlohmann::json& j) { j["nodes"][product]["tactic"] = "cpu.conv.im2col_gemm"; });
+                 [&](nlohmann::json& j) { j["nodes"][product]["tactic"] = {{"kernel", "cpu.conv.im2col_gemm"}}; });
+  // Malformed tactics: the reader's own messages, with the file's name.
+  expect_corrupt("its plan has a tactic whose kernel name is malformed",
+                 [&](nlohmann::json& j) { j["nodes"][product]["tactic"] = {{"kernel", "\x01junk"}}; });
+  expect_corrupt("that is not an object naming its kernel",
+                 [&](nlohmann::json& j) { j["nodes"][product]["tactic"] = "cpu.gemm.openblas"; });  // format 1's string
+  expect_corrupt("with an unknown field 'algo'", [&](nlohmann::json& j) {
+    j["nodes"][product]["tactic"] = {{"kernel", "cpu.gemm.openblas"}, {"algo", "00"}};
+  });
+  expect_corrupt("without its field 'workspace'", [&](nlohmann::json& j) {
+    auto t = cublaslt;
+    t.erase("workspace");
+    j["nodes"][product]["tactic"] = t;
+  });
+  expect_corrupt("whose 'epilogue_ops' (65) is out of range", [&](nlohmann::json& j) {
+    auto t = cublaslt;
+    t["epilogue_ops"] = 65;
+    j["nodes"][product]["tactic"] = t;
+  });
+  expect_corrupt("whose 'algo' is not lowercase hex bytes", [&](nlohmann::json& j) {
+    auto t = cublaslt;
+    t["algo"] = "0A";
+    j["nodes"][product]["tactic"] = t;
+  });
 }
 
 // Hole 8: a loaded engine file rewritten in place (truncated, then written again) raised SIGBUS

@@ -60,8 +60,8 @@ Model matmul_model(int k) {
 }
 
 // A 3x3 convolution with bias and ReLU, then a second one. When the first one's result is an
-// output too, both take any convolution tactic; else the first one writes channels-last for the
-// second (cpu.conv.onednn.nhwc).
+// output too, both take any convolution tactic; else the first one stores its output
+// channels-last for the second (Value::layout).
 Model conv_model(bool first_is_output) {
   static const std::vector<float> w = uniform(16 * 16 * 9, -0.2f, 0.2f, 7), b = uniform(16, -0.1f, 0.1f, 8);
   auto graph = [=](Network& net) {
@@ -93,7 +93,7 @@ std::vector<std::byte> with_tactic(const std::vector<std::byte>& engine, const s
   auto p = plan::read_engine(engine, "model", nullptr);
   return plan::write_engine_with(p, [&](nlohmann::json& j) {
     for (auto& n : j["nodes"])
-      if (n["layer"] == layer) n["tactic"] = tactic;
+      if (n["layer"] == layer) n["tactic"] = {{"kernel", tactic}};
   });
 }
 
@@ -151,7 +151,9 @@ TEST(EngineThreads, ConvolutionsOnEveryTacticMatchOneThread) {
   {
     SCOPED_TRACE("channels-last between the convolutions");
     const Model m = conv_model(false);
-    ASSERT_EQ(Engine::deserialize(m.engine).layers()[0].tactic, "cpu.conv.onednn.nhwc");
+    const auto layers = Engine::deserialize(m.engine).layers();
+    ASSERT_EQ(layers[0].tactic, "cpu.conv.onednn");
+    ASSERT_EQ(layers[0].output_layout, "channels_last");
     expect_threads_match_one_thread(m, m.engine, 100);
   }
   const Model m = conv_model(true);

@@ -122,8 +122,10 @@ int inspect_engine(const std::string& path, bool json) {
     for (const auto& name : graph::fused_layers(n)) fused += " + " + name;
     if (const auto* pp = std::get_if<PluginParams>(&n.params))
       fused += "  creator " + (pp->plugin_namespace.empty() ? "" : pp->plugin_namespace + "::") + pp->name + "/" + pp->version;
+    if (p.graph.values[static_cast<std::size_t>(n.output)].layout == graph::Layout::kChannelsLast)
+      fused += "  output channels-last";
     fmt::print("  {:<24} {:<16} {:<8} tactic {:<20}{}\n", n.name, layer_type_name(n.type()),
-               type_name(graph::arithmetic_type(p.graph, n)), n.tactic,
+               type_name(graph::arithmetic_type(p.graph, n)), graph::describe(n.tactic),
                fused.empty() ? "" : fused.rfind(" + ", 0) == 0 ? "  fused:" + fused.substr(2) : fused);
   }
   const auto& mem = plan["memory"];

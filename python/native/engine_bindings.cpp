@@ -196,7 +196,8 @@ void bind_engine(nb::module_& m) {
       .def_ro("precision", &LayerInfo::precision)
       .def_ro("tactic", &LayerInfo::tactic)
       .def_ro("inputs", &LayerInfo::inputs)
-      .def_ro("output", &LayerInfo::output);
+      .def_ro("output", &LayerInfo::output)
+      .def_ro("output_layout", &LayerInfo::output_layout);
 
   nb::class_<PyExecution>(m, "Execution", "One execution context: activation memory, shapes and bindings")
       .def("set_input_shape", &Execution::set_input_shape, nb::arg("name"), nb::arg("shape"))

@@ -156,7 +156,7 @@ def test_identity_text_holds_device_os_arch_format_and_versions(model):
     assert text["arch"] == platform.machine() == text["target"]["arch"]
     assert text["target"]["backend"] == "cpu" and text["target"]["device"] and isinstance(text["target"]["isa"], list)
     assert text["target"]["onednn"] == onednn_version()  # "" in a build without oneDNN
-    assert text["engine_format"] == 1
+    assert text["engine_format"] == 2
     assert text["libraries"]["tensoracle"] == tensoracle.__version__
     assert text["libraries"]["openblas"].startswith("OpenBLAS ")
     assert text["weights"] == [{"digest": text["weights"][0]["digest"], "size": model.weights.stat().st_size}]

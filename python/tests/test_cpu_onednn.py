@@ -27,7 +27,7 @@ from layer_cases import build, constant
 pytestmark = pytest.mark.skipif(not onednn_version(), reason="this build of tensoracle has no oneDNN")
 
 CONV = "cpu.conv.onednn"
-CONV_CL = "cpu.conv.onednn.nhwc"
+CONV_CL = (CONV, "channels_last")  # its output stored channels-last (LayerInfo.output_layout)
 GEMM = "cpu.gemm.onednn"
 A = trt.ActivationType
 E = trt.ElementWiseOperation
@@ -46,7 +46,14 @@ def t64(a):
 
 
 def tactics(engine) -> dict:
-    return {layer.name: (layer.tactic, tuple(layer.fused)) for layer in engine.layers()}
+    """Per layer: its tactic (with its output's layout where that is not linear) and fused layers."""
+    return {
+        layer.name: (
+            layer.tactic if layer.output_layout == "linear" else (layer.tactic, layer.output_layout),
+            tuple(layer.fused),
+        )
+        for layer in engine.layers()
+    }
 
 
 def conv(net, x, w, b, pad, name):
@@ -121,7 +128,7 @@ def test_convolutions_between_convolutions_write_channels_last():
         np.testing.assert_allclose(y, residual_reference(x), rtol=0, atol=2e-5, err_msg=f"batch {batch}")
 
 
-POOL_CL = "cpu.pooling.nhwc"
+POOL_CL = ("cpu.pooling", "channels_last")
 
 
 @pytest.mark.parametrize("kind", ["MAX", "AVERAGE"])

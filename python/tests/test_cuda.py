@@ -76,7 +76,7 @@ def test_quantized_products_show_their_precision_and_tactic():
             product = engine.layers()[-1]
             assert (product.type, product.precision) == ("matrix_multiply", name)
             if device != "cpu":
-                assert product.tactic.startswith(f"cuda.gemm.cublaslt.{name}")
+                assert product.tactic.startswith(f"cuda.gemm.cublaslt {name}")
             x = np.random.default_rng(9).uniform(-1, 1, (16, 64)).astype(np.float32)
             results.append(engine.create_execution().run({"x": x})["y"])
         np.testing.assert_allclose(results[1], results[0], atol=2e-3 if name == "fp8" else 2e-5, rtol=0)
@@ -86,7 +86,7 @@ def test_quantized_products_show_their_precision_and_tactic():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_an_int8_products_bias_is_added_by_its_scale_pass(dtype, k):
     """Q/DQ int8 x @ W^T + b, then GELU: on the GPU the bias is fused into the int8 GEMM's scale
-    pass (tactic ...int8.epilogue1: one epilogue op in the GEMM's own passes), the GELU stays a
+    pass (tactic "cuda.gemm.cublaslt int8 epilogue:1": one epilogue op in the GEMM's own passes), the GELU stays a
     pass of its own, and the result matches the CPU's unfused arithmetic; with K = 0 the sums are
     zeros and the output is GELU(b)."""
     rng = np.random.default_rng(21)
@@ -114,7 +114,7 @@ def test_an_int8_products_bias_is_added_by_its_scale_pass(dtype, k):
         product = [layer for layer in engine.layers() if layer.type == "matrix_multiply"][0]
         assert product.precision == "int8"
         if device != "cpu":
-            assert product.tactic.startswith("cuda.gemm.cublaslt.int8.epilogue1"), product.tactic
+            assert product.tactic.startswith("cuda.gemm.cublaslt int8 epilogue:1"), product.tactic
         results[device] = engine.create_execution().run({"x": x})["y"].astype(np.float32)
     atol, rtol = (2e-5, 0) if dtype == "float32" else (4e-3, 2e-3)  # float16: an ulp or two
     np.testing.assert_allclose(results["cuda:0"], results["cpu"], atol=atol, rtol=rtol)
@@ -170,7 +170,7 @@ def test_convolutions_run_through_cudnn_unless_told_not_to(level):
         pytest.skip("cuDNN does not open on this machine")
     assert with_dnn["cudnn"] >= 90000
     if level == 0:
-        assert with_dnn["tactic"].startswith("cuda.convolution.cudnn/t:0/x:2x8x12x12/w:16x8x3x3/"), with_dnn
+        assert with_dnn["tactic"].startswith("cuda.convolution.cudnn float32 x:2x8x12x12 w:16x8x3x3 "), with_dnn
     assert without == {"tactic": "cuda.convolution", "cudnn": 0, "err": without["err"]}
     assert with_dnn["err"] < 2e-5 and without["err"] < 2e-5, (with_dnn, without)
 

@@ -137,17 +137,20 @@ def test_builder_errors_map_to_python_classes():
 def test_cli_inspects_engines(engines, cli):
     path = engines / "linear-int8.engine"
     text = subprocess.run([cli, "inspect", str(path)], capture_output=True, text=True, check=True).stdout
-    assert "tensoracle engine, version 1" in text
+    assert "tensoracle engine, version 2" in text
     assert "features" in text and "result" in text
     assert "tactic" in text and "fused:" in text
     assert "memory:" in text
     info = json.loads(subprocess.run([cli, "inspect", "--json", str(path)], capture_output=True, text=True, check=True).stdout)
-    assert info["format_version"] == 1
+    assert info["format_version"] == 2
     assert info["target"]["backend"] == "cpu"
     plan = info["plan"]
     assert [io["name"] for io in plan["io"]] == ["features", "result"]
     assert plan["memory"]["arena_bytes"] <= plan["memory"]["naive_bytes"]
     assert any(node["epilogue"] for node in plan["nodes"])
+    # Tactics are objects naming their kernel; values carry their layout.
+    assert all(node["tactic"]["kernel"].startswith("cpu.") for node in plan["nodes"])
+    assert {value["layout"] for value in plan["values"]} == {"linear"}
     damaged = engines / "damaged.engine"
     damaged.write_bytes(path.read_bytes()[:-3])
     result = subprocess.run([cli, "inspect", str(damaged)], capture_output=True, text=True)

@@ -32,8 +32,10 @@
 
 namespace tensoracle {
 
-// The engine file format version this library reads and writes.
-inline constexpr int kEngineFormatVersion = 1;
+// The engine file format version this library reads and writes. 2: tactics are JSON objects
+// and values carry their layout (an engine of version 1 gives IncompatibleEngineError, and
+// open_engine's cache rebuilds it).
+inline constexpr int kEngineFormatVersion = 2;
 
 // Threads the CPU backend's kernels use, process-wide (default: the machine's cores;
 // set_cpu_threads(0) restores the default).
@@ -56,9 +58,10 @@ struct LayerInfo {
   std::string type;                 // "matrix_multiply", ...
   std::vector<std::string> fused;   // layers fused into it, in order (folded dequantize layers first)
   std::string precision;            // the type it computes in: "float32", ..., "int8" / "fp8" for folded Q/DQ
-  std::string tactic;
+  std::string tactic;                // the kernel and its configuration, one line ("cpu.gemm.onednn", ...)
   std::vector<std::string> inputs;  // tensor names
   std::string output;
+  std::string output_layout;        // how the engine stores the output: "linear" or "channels_last"
 };
 
 // Owned host memory with a type and shape (what Execution::run returns).

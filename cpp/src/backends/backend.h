@@ -22,7 +22,7 @@ namespace tensoracle::backends {
 // that a library of another version refuses before it reads them. Whether the structures passed
 // after that match is the build identity's check (backends/build_identity.h), which needs no
 // bump: any change to the headers that define them changes it.
-inline constexpr int kBackendAbiVersion = 5;  // 2: plugin nodes; 3: Timeline; 4: TacticQuery; 5: build identity
+inline constexpr int kBackendAbiVersion = 6;  // 2: plugin nodes; 3: Timeline; 4: TacticQuery; 5: build identity; 6: typed tactics, layouts
 
 struct Buffer {
   void* data = nullptr;  // in the backend's memory
@@ -75,16 +75,24 @@ class Backend {
   virtual std::string unsupported_reason(const graph::Graph& g, const graph::Node& n) const = 0;
   virtual bool can_fuse(const graph::Graph& g, const graph::Node& producer, const graph::EpilogueOp& op) const = 0;
   // Candidate tactics for the node, best guess first.
-  virtual std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const = 0;
-  // The tactic to store for node `n`: the first candidate unless the backend times candidates
-  // at this level. A tactic's scratch (NodeKernel::workspace_bytes at the profile's max shapes)
-  // must stay within q.scratch_limit where the backend has a leaner choice; the builder checks
-  // the result.
-  virtual std::string choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const {
+  virtual std::vector<graph::Tactic> tactics(const graph::Graph& g, const graph::Node& n) const = 0;
+  // The tactic to store for node `n`, and the layout its output is stored in (graph/tactic.h):
+  // the first candidate and a linear output unless the backend decides otherwise at this
+  // level. The builder calls it node by node in order, recording each choice's layout on the
+  // node's output before the next node's call, so a node sees how its inputs are stored. A
+  // tactic's scratch (NodeKernel::workspace_bytes at the profile's max shapes) must stay within
+  // q.scratch_limit where the backend has a leaner choice; the builder checks the result.
+  struct Choice {
+    graph::Tactic tactic;
+    graph::Layout output_layout = graph::Layout::kLinear;
+  };
+  virtual Choice choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const {
     (void)q;
     auto t = tactics(g, n);
-    return t.empty() ? std::string() : t.front();
+    return {t.empty() ? graph::Tactic() : t.front()};
   }
+  // Instantiates node `n` with its tactic and its values' layouts; throws CorruptEngineError
+  // when they are not ones this backend would choose for the node (an engine file is untrusted).
   virtual std::unique_ptr<NodeKernel> instantiate(const graph::Graph& g, const graph::Node& n) const = 0;
 
   // Memory the kernels use (host for the CPU, the GPU's for CUDA), aligned to 64 bytes or more.

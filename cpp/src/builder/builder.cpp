@@ -165,7 +165,9 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
     const auto in = descs_of(at_opt, n), in_max = descs_of(at_max, n);
     backends::TacticQuery q{in, at_opt[static_cast<std::size_t>(n.output)], in_max, at_max[static_cast<std::size_t>(n.output)],
                            decl.settings.optimization_level, scratch_limit};
-    n.tactic = backend.choose_tactic(g, n, q);
+    auto choice = backend.choose_tactic(g, n, q);
+    n.tactic = std::move(choice.tactic);
+    g.values[static_cast<std::size_t>(n.output)].layout = choice.output_layout;
   }
 
   // Scratch: the most any node needs at the profile's max.
@@ -181,7 +183,7 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   }
   if (limit > 0 && plan.workspace_bytes > scratch_limit)
     throw BuildError("[build] layer '" + widest->name + "' needs " + std::to_string(plan.workspace_bytes) +
-                     " bytes of scratch at the profile's max shapes (" + widest->tactic + "); workspace_limit " +
+                     " bytes of scratch at the profile's max shapes (" + graph::describe(widest->tactic) + "); workspace_limit " +
                      std::to_string(limit) + " leaves " + std::to_string(scratch_limit) + " after " +
                      std::to_string(plan.memory.arena_bytes) + " bytes of activations");
 

@@ -276,6 +276,12 @@ void verify(const Graph& g, const std::string& after) {
   }
   for (std::size_t i = 0; i < g.values.size(); ++i)
     if (g.values[i].is_output && !listed[i]) fail("value '" + g.values[i].name + "' is marked as an output but not listed");
+  // A channels-last value is an internal one a node writes, of rank 3 or more (the backends check
+  // that its producer and readers take it so).
+  for (const Value& val : g.values)
+    if (val.layout == Layout::kChannelsLast && (val.producer < 0 || val.is_output || val.desc.dims.rank() < 3))
+      fail("value '" + val.name + "' is stored channels-last but is " +
+           (val.producer < 0 ? "not a layer's output" : val.is_output ? "a network output" : "of fewer than 3 dims"));
   // Types and network-level dims must re-infer to what the values say.
   std::vector<TensorDesc> desc(g.values.size());
   for (std::size_t i = 0; i < g.values.size(); ++i) desc[i] = g.values[i].desc;
@@ -287,6 +293,10 @@ void verify(const Graph& g, const std::string& after) {
       fail("node '" + n.name + "' infers type " + std::string(type_name(d.type)) + " but its value says " +
            std::string(type_name(g.values[static_cast<std::size_t>(n.output)].desc.type)));
   }
+}
+
+bool channels_last_value(const Graph& g, int v) {
+  return g.values[static_cast<std::size_t>(v)].layout == Layout::kChannelsLast;
 }
 
 void compact(Graph& g, const std::vector<bool>& dead) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "graph/ops.h"
+#include "graph/tactic.h"
 #include "tensoracle/network.h"
 
 namespace tensoracle::graph {
@@ -24,6 +25,9 @@ struct Value {
   bool is_input = false;
   bool is_output = false;
   std::optional<Weights> constant;
+  // How its producer stores it (graph/tactic.h): chosen with the producer's tactic; linear for
+  // inputs, constants and outputs.
+  Layout layout = Layout::kLinear;
 };
 
 struct EpilogueOp {
@@ -41,7 +45,7 @@ struct Node {
   TensorDesc main_desc;         // output of the node's own op, before the epilogue
   std::vector<EpilogueOp> epilogue;
   int output = -1;              // value id of the final result
-  std::string tactic;
+  Tactic tactic;                // the backend's kernel for it (graph/tactic.h)
   // Q/DQ folding (builder::fold_qdq): the names of the two dequantize layers this matrix multiply
   // absorbed. When set, inputs = {a_q, b_q, a_scale, b_scale} — int8 or fp8 tensors and their
   // one-element float32 scales — and the product reads dequantize(a_q, a_scale) and
@@ -53,6 +57,10 @@ struct Node {
   // Every value the node reads: inputs, then epilogue operands.
   std::vector<int> all_inputs() const;
 };
+
+struct Graph;
+// Whether value v is stored channels-last (Value::layout).
+bool channels_last_value(const Graph& g, int v);
 
 struct Graph {
   std::vector<Value> values;

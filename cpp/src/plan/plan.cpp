@@ -12,6 +12,7 @@
 #include "core/text.h"
 #include "graph/json_values.h"
 #include "graph/op.h"
+#include "graph/tactic.h"
 #include "plugin/registry.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/safetensors.h"
@@ -119,13 +120,15 @@ json plan_to_json(const Plan& plan) {
     e["is_output"] = val.is_output;
     e["arena_offset"] = plan.memory.offsets.empty() ? -1 : plan.memory.offsets[v];
     e["max_bytes"] = plan.max_bytes.empty() ? 0 : plan.max_bytes[v];
+    e["layout"] = graph::layout_name(val.layout);
     if (val.constant) e["weight"] = weight_name(v);
     values.push_back(std::move(e));
   }
   auto& nodes = j["nodes"] = json::array();
   for (const auto& n : g.nodes) {
     json e = {{"name", n.name}, {"layer", layer_type_name(n.type())}, {"params", params_json(n.params)},
-              {"inputs", n.inputs}, {"output", n.output}, {"main", desc_json(n.main_desc)}, {"tactic", n.tactic}};
+              {"inputs", n.inputs}, {"output", n.output}, {"main", desc_json(n.main_desc)},
+              {"tactic", graph::tactic_json(n.tactic)}};
     if (n.quantized()) e["folded_dequantize"] = n.folded_dequantize;
     auto& ep = e["epilogue"] = json::array();
     for (const auto& op : n.epilogue)
@@ -333,6 +336,7 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
       v.producer = e.at("producer").get<int>();
       v.is_input = e.at("role") == "input";
       v.is_output = e.at("is_output").get<bool>();
+      v.layout = graph::layout_of(e.at("layout"));
       plan.memory.offsets.push_back(e.at("arena_offset").get<std::int64_t>());
       plan.max_bytes.push_back(e.at("max_bytes").get<std::uint64_t>());
       if (e.contains("weight")) {
@@ -351,7 +355,7 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
       n.inputs = e.at("inputs").get<std::vector<int>>();
       n.output = e.at("output").get<int>();
       n.main_desc = desc_of(e.at("main"));
-      n.tactic = e.at("tactic").get<std::string>();
+      n.tactic = graph::tactic_of(e.at("tactic"));
       if (e.contains("folded_dequantize")) {
         n.folded_dequantize = e.at("folded_dequantize").get<std::vector<std::string>>();
         if (n.folded_dequantize.size() != 2) throw corrupt("node '" + n.name + "' folds a number of dequantize layers other than 2");
@@ -390,7 +394,11 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
     graph::verify(g, "load");
     check_io(plan, corrupt);
     check_memory(plan, corrupt);
-  } catch (const CorruptEngineError&) {
+  } catch (const CorruptEngineError& e) {
+    // The plan's readers (op units, tactics) say what is wrong but not which file.
+    const std::string_view what = e.what(), prefix = "[engine] ";
+    if (what.starts_with(prefix) && !what.substr(prefix.size()).starts_with(name + ": "))
+      throw corrupt(std::string(what.substr(prefix.size())));
     throw;
   } catch (const PluginLibraryError&) {
     throw;

@@ -193,9 +193,10 @@ std::vector<LayerInfo> Engine::layers() const {
     l.type = std::string(layer_type_name(n.type()));
     l.fused = graph::fused_layers(n);
     l.precision = std::string(type_name(graph::arithmetic_type(g, n)));
-    l.tactic = n.tactic;
+    l.tactic = graph::describe(n.tactic);
     for (int v : n.all_inputs()) l.inputs.push_back(g.values[static_cast<std::size_t>(v)].name);
     l.output = g.values[static_cast<std::size_t>(n.output)].name;
+    l.output_layout = std::string(graph::layout_name(g.values[static_cast<std::size_t>(n.output)].layout));
     out.push_back(std::move(l));
   }
   return out;

@@ -179,6 +179,22 @@ std::string machine_arch() {
   return u.machine;
 }
 
+// Whether node n with tactic t stores its output channels-last (onednn.h).
+bool writes_channels_last(const graph::Graph& g, const graph::Node& n, const graph::Tactic& t) {
+  if (std::holds_alternative<ConvolutionParams>(n.params))
+    return t.kernel == cpu::onednn::kConvTactic && cpu::onednn::output_channels_last(g, n);
+  if (std::holds_alternative<PoolingParams>(n.params)) return cpu::onednn::pooling_channels_last(g, n);
+  return false;
+}
+
+// Whether node n's kernel reads channels-last inputs: a oneDNN convolution (its data and fused
+// residual; output_channels_last checks the producer's readers) or a pooling that stores its
+// own output so.
+bool reads_channels_last(const graph::Graph& g, const graph::Node& n) {
+  if (std::holds_alternative<ConvolutionParams>(n.params)) return n.tactic.kernel == cpu::onednn::kConvTactic;
+  return std::holds_alternative<PoolingParams>(n.params) && graph::channels_last_value(g, n.output);
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -223,23 +239,30 @@ class CpuBackend final : public Backend {
            std::holds_alternative<ElementWiseParams>(op.params) || std::holds_alternative<QuantizeParams>(op.params);
   }
 
-  std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const override {
+  std::vector<graph::Tactic> tactics(const graph::Graph& g, const graph::Node& n) const override {
+    using graph::Tactic;
     const bool onednn = cpu::onednn::applicable(g, n);
     switch (n.type()) {
       case LayerType::kMATRIX_MULTIPLY:
-        if (onednn) return {cpu::onednn::kMatmulTactic, "cpu.gemm.openblas"};
-        return {"cpu.gemm.openblas"};
-      case LayerType::kSHUFFLE: return {"cpu.shuffle"};
+        if (onednn) return {Tactic(cpu::onednn::kMatmulTactic), Tactic("cpu.gemm.openblas")};
+        return {Tactic("cpu.gemm.openblas")};
+      case LayerType::kSHUFFLE: return {Tactic("cpu.shuffle")};
       case LayerType::kCONVOLUTION:
-        if (onednn && cpu::onednn::output_channels_last(g, n)) return {cpu::onednn::kConvTacticChannelsLast};
-        if (onednn) return {cpu::onednn::kConvTactic, "cpu.conv.im2col_gemm"};
-        return {"cpu.conv.im2col_gemm"};
-      case LayerType::kEINSUM: return {"cpu.einsum.gemm"};
-      case LayerType::kPOOLING:
-        if (cpu::onednn::pooling_channels_last(g, n)) return {cpu::onednn::kPoolTacticChannelsLast};
-        return {"cpu.pooling"};
-      default: return {"cpu." + std::string(layer_type_name(n.type()))};
+        // A channels-last output is for oneDNN's readers: its own kernel only.
+        if (onednn && cpu::onednn::output_channels_last(g, n)) return {Tactic(cpu::onednn::kConvTactic)};
+        if (onednn) return {Tactic(cpu::onednn::kConvTactic), Tactic("cpu.conv.im2col_gemm")};
+        return {Tactic("cpu.conv.im2col_gemm")};
+      case LayerType::kEINSUM: return {Tactic("cpu.einsum.gemm")};
+      default: return {Tactic("cpu." + std::string(layer_type_name(n.type())))};
     }
+  }
+
+  // The first candidate; oneDNN convolutions, and poolings between them, store their output
+  // channels-last where all its readers take it so (onednn.h).
+  Choice choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery&) const override {
+    Choice c{tactics(g, n).front()};
+    if (writes_channels_last(g, n, c.tactic)) c.output_layout = graph::Layout::kChannelsLast;
+    return c;
   }
 
   std::unique_ptr<NodeKernel> instantiate(const graph::Graph& g, const graph::Node& n) const override {
@@ -249,12 +272,25 @@ class CpuBackend final : public Backend {
       const auto offered = tactics(g, n);
       if (std::find(offered.begin(), offered.end(), n.tactic) == offered.end()) {
         std::string list;
-        for (const auto& t : offered) list += (list.empty() ? "" : ", ") + t;
-        throw CorruptEngineError("[cpu] layer " + core::quote_name(n.name) + ": tactic " + core::quote_name(n.tactic) +
-                                 " is not one of the CPU backend's kernels for this " +
+        for (const auto& t : offered) list += (list.empty() ? "" : ", ") + graph::describe(t);
+        throw CorruptEngineError("[cpu] layer " + core::quote_name(n.name) + ": tactic " +
+                                 core::quote_name(graph::describe(n.tactic)) + " is not one of the CPU backend's kernels for this " +
                                  std::string(layer_type_name(n.type())) + " layer (" + list + "); rebuild the engine");
       }
     }
+    // Nor are its layouts: a channels-last output only where the builder stores it so, and a
+    // channels-last input only for a kernel that reads it so.
+    if (graph::channels_last_value(g, n.output) && !n.tactic.empty() && !writes_channels_last(g, n, n.tactic))
+      throw CorruptEngineError("[cpu] layer " + core::quote_name(n.name) +
+                               ": its output is stored channels-last, which the CPU backend does not do for it (" +
+                               (std::holds_alternative<PoolingParams>(n.params) ? cpu::onednn::pooling_channels_last_refusal(g, n)
+                                                                                 : std::string("not a oneDNN convolution whose readers take it so")) +
+                               "); rebuild the engine");
+    for (int v : n.all_inputs())
+      if (graph::channels_last_value(g, v) && !reads_channels_last(g, n))
+        throw CorruptEngineError("[cpu] layer " + core::quote_name(n.name) + " reads " +
+                                 core::quote_name(g.values[static_cast<std::size_t>(v)].name) +
+                                 ", stored channels-last, with a kernel that reads it linear; rebuild the engine");
     return std::make_unique<CpuNodeKernel>(g, n);
   }
 
@@ -290,7 +326,7 @@ namespace {
 // that backend's kernel.
 void run_on_host(const graph::Graph& g, const graph::Node& n, std::span<const Buffer> in, const Buffer& out) {
   graph::Node host = n;
-  host.tactic.clear();
+  host.tactic = graph::Tactic();
   auto kernel = cpu_backend().instantiate(g, host);
   std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
   void* wsp = ws.data();

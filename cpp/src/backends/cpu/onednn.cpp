@@ -19,7 +19,6 @@ namespace tensoracle::cpu::onednn {
 bool applicable(const graph::Graph&, const graph::Node&) { return false; }
 bool output_channels_last(const graph::Graph&, const graph::Node&) { return false; }
 bool pooling_channels_last(const graph::Graph&, const graph::Node&) { return false; }
-bool channels_last_value(const graph::Graph&, int) { return false; }
 std::string pooling_channels_last_refusal(const graph::Graph&, const graph::Node&) {
   return "this build of the CPU backend has no oneDNN";
 }
@@ -429,10 +428,10 @@ class Convolution final : public Accelerated {
         weights_constant_(g.values[static_cast<std::size_t>(n.inputs[1])].constant.has_value()),
         has_bias_(n.inputs.size() > 2),
         ops_(fusable_prefix(g, n, true)),
-        src_cl_(channels_last_value(g, n.inputs[0])),
-        dst_cl_(n.tactic == kConvTacticChannelsLast) {
+        src_cl_(graph::channels_last_value(g, n.inputs[0])),
+        dst_cl_(graph::channels_last_value(g, n.output)) {
     for (const auto& op : ops_)
-      if (op.kind == PostOp::kSum) residual_cl_ = channels_last_value(g, n.all_inputs()[op.operand]);
+      if (op.kind == PostOp::kSum) residual_cl_ = graph::channels_last_value(g, n.all_inputs()[op.operand]);
   }
 
   std::size_t fused() const override { return ops_.size(); }
@@ -603,13 +602,6 @@ bool applicable(const graph::Graph& g, const graph::Node& n) {
   return false;
 }
 
-bool channels_last_value(const graph::Graph& g, int v) {
-  int p = g.values[static_cast<std::size_t>(v)].producer;
-  if (p < 0) return false;
-  const std::string& t = g.nodes[static_cast<std::size_t>(p)].tactic;
-  return t == kConvTacticChannelsLast || t == kPoolTacticChannelsLast;
-}
-
 namespace {
 
 // Whether node c reads value v (of dims d) only where a oneDNN convolution takes channels-last
@@ -667,16 +659,16 @@ bool pooling_channels_last(const graph::Graph& g, const graph::Node& n) {
 }
 
 std::string pooling_channels_last_refusal(const graph::Graph& g, const graph::Node& n) {
-  if (!channels_last_value(g, n.inputs[0])) return "its input is not stored channels-last";
+  if (!graph::channels_last_value(g, n.inputs[0])) return "its input is not stored channels-last";
   if (!pooling_readers_take_channels_last(g, n)) return "not every reader of its output takes it channels-last";
   return "";
 }
 
 std::unique_ptr<Accelerated> make(const graph::Graph& g, const graph::Node& n) {
   if (!applicable(g, n)) return nullptr;  // an engine file's tactic is not trusted to fit the node
-  if (n.tactic == kMatmulTactic && std::holds_alternative<MatrixMultiplyParams>(n.params))
+  if (n.tactic.kernel == kMatmulTactic && std::holds_alternative<MatrixMultiplyParams>(n.params))
     return std::make_unique<Matmul>(g, n);
-  if ((n.tactic == kConvTactic || n.tactic == kConvTacticChannelsLast) && std::holds_alternative<ConvolutionParams>(n.params))
+  if (n.tactic.kernel == kConvTactic && std::holds_alternative<ConvolutionParams>(n.params))
     return std::make_unique<Convolution>(g, n);
   return nullptr;
 }

@@ -32,25 +32,21 @@ class Accelerated {
                    void* workspace) const = 0;
 };
 
-// The tactic names, and whether a node can use one.
+// The kernels' names, and whether a node can use one.
 inline constexpr const char* kMatmulTactic = "cpu.gemm.onednn";
 inline constexpr const char* kConvTactic = "cpu.conv.onednn";
-// A oneDNN convolution that writes its output channels-last (NHWC / NDHWC, the same bytes as
-// the plain layout, permuted): chosen when every reader of that output is a oneDNN
-// convolution (as its data input or as its fused residual), so that no reorder runs between
-// them. Readers learn the layout from this tactic of the value's producer.
-inline constexpr const char* kConvTacticChannelsLast = "cpu.conv.onednn.nhwc";
-// A pooling between two such convolutions (a ResNet's max-pool after its stem): it reads the
-// convolution's channels-last output and writes its own channels-last (kernels.h's
-// pooling_channels_last) where every reader of its output is a oneDNN convolution as above; a
-// channels-last convolution may then have such poolings among its readers.
-inline constexpr const char* kPoolTacticChannelsLast = "cpu.pooling.nhwc";
 bool applicable(const graph::Graph& g, const graph::Node& n);
+// Whether oneDNN convolution n stores its output channels-last (NHWC / NDHWC, the same bytes as
+// the plain layout, permuted; Value::layout): where every reader of that output is a oneDNN
+// convolution (as its data input or as its fused residual) or a pooling as below, so that no
+// reorder runs between them.
 bool output_channels_last(const graph::Graph& g, const graph::Node& n);
+// Whether pooling n stores its output channels-last: a pooling between two such convolutions
+// (a ResNet's max-pool after its stem) reads the convolution's channels-last output and writes
+// its own so (kernels.h's pooling_channels_last) where every reader of its output is a oneDNN
+// convolution as above.
 bool pooling_channels_last(const graph::Graph& g, const graph::Node& n);
-// Whether value v is stored channels-last (its producer's tactic says so).
-bool channels_last_value(const graph::Graph& g, int v);
-// For an engine's pooling whose tactic is kPoolTacticChannelsLast: empty when its input is
+// For an engine's pooling whose output is stored channels-last: empty when its input is
 // stored channels-last and its readers take its output so, else why not.
 std::string pooling_channels_last_refusal(const graph::Graph& g, const graph::Node& n);
 

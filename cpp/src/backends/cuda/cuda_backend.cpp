@@ -42,7 +42,7 @@ class CudaBackend final : public Device {
  public:
   explicit CudaBackend(int index)
       : Device(index),
-        tuner_(*this, [this](const graph::Graph& g, const graph::Node& n, const std::string& tactic,
+        tuner_(*this, [this](const graph::Graph& g, const graph::Node& n, const graph::Tactic& tactic,
                              const TacticQuery& q) { return node_scratch(g, n, tactic, q); }) {}
 
   std::string name() const override { return "cuda"; }
@@ -93,43 +93,59 @@ class CudaBackend final : public Device {
            std::holds_alternative<ElementWiseParams>(op.params) || std::holds_alternative<QuantizeParams>(op.params);
   }
 
-  std::vector<std::string> tactics(const graph::Graph& g, const graph::Node& n) const override {
+  std::vector<graph::Tactic> tactics(const graph::Graph& g, const graph::Node& n) const override {
     if (n.type() == LayerType::kMATRIX_MULTIPLY) {
-      auto [fused, e] = lt_epilogue(g, n);
-      std::string base = "cuda.gemm.cublaslt";
-      if (n.quantized()) base += graph::arithmetic_type(g, n) == DataType::kINT8 ? ".int8" : ".fp8";
-      return {fused ? base + ".epilogue" + std::to_string(fused) : base};
+      graph::CublasLtConfig c;
+      c.epilogue_ops = static_cast<int>(lt_epilogue(g, n).first);
+      if (n.quantized())
+        c.precision = graph::arithmetic_type(g, n) == DataType::kINT8 ? graph::CublasLtConfig::Precision::kInt8
+                                                                      : graph::CublasLtConfig::Precision::kFp8;
+      return {graph::Tactic(std::move(c))};
     }
-    return {"cuda." + std::string(layer_type_name(n.type()))};
+    return {graph::Tactic("cuda." + std::string(layer_type_name(n.type())))};
   }
 
   std::unique_ptr<NodeKernel> instantiate(const graph::Graph& g, const graph::Node& n) const override {
+    // An engine file's tactic is not trusted: its kernel must be one this backend writes for the
+    // node (the kind's entry then checks its configuration; empty: run in-process).
+    if (!n.tactic.empty()) {
+      const std::string& k = n.tactic.kernel;
+      const bool ok = k == tactics(g, n).front().kernel ||
+                      (n.type() == LayerType::kMATRIX_MULTIPLY && k == graph::kFusedFp8GemmKernel) ||
+                      (n.type() == LayerType::kCONVOLUTION && k == graph::kCudnnConvKernel) ||
+                      (n.type() == LayerType::kREDUCE && k == kReduceSplitTactic);
+      if (!ok)
+        throw CorruptEngineError("[cuda] layer '" + n.name + "': tactic '" + graph::describe(n.tactic) +
+                                 "' is not one of the CUDA backend's kernels for this " +
+                                 std::string(layer_type_name(n.type())) + " layer; rebuild the engine");
+    }
     return make_node_kernel(*this, g, n);
   }
 
   // Matrix multiplies and convolutions: the tuner (tuner.h); poolings and reduces: below; other
   // nodes: the one tactic.
-  std::string choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const override {
-    std::string base = tactics(g, n).front();
+  Choice choose_tactic(const graph::Graph& g, const graph::Node& n, const TacticQuery& q) const override {
+    graph::Tactic base = tactics(g, n).front();
     if (const auto* cp = std::get_if<ConvolutionParams>(&n.params)) return tuner_.choose_convolution(g, n, *cp, base, q);
     // A pooling that reads a channels-last value stores its output so too where its readers take
     // it in place (layouts.h); the choice follows the graph, nothing is timed.
     if (std::holds_alternative<PoolingParams>(n.params))
-      return cuda::pooling_chain_output(g, n) ? std::string(cuda::kPoolingChannelsLastTactic) : base;
+      return {base, cuda::pooling_chain_output(g, n) ? graph::Layout::kChannelsLast : graph::Layout::kLinear};
     if (const auto* rp = std::get_if<ReduceParams>(&n.params)) {
       // Few outputs over many elements at the opt or max shapes: split over blocks, when the
       // partials' scratch fits the workspace limit (at other shapes reduce() decides again).
-      if (!cuda::reduce_splits(*rp, q.inputs[0].dims) && !cuda::reduce_splits(*rp, q.max_inputs[0].dims)) return base;
-      if (q.scratch_limit != kNoScratchLimit && node_scratch(g, n, kReduceSplitTactic, q) > q.scratch_limit) return base;
-      return kReduceSplitTactic;
+      if (!cuda::reduce_splits(*rp, q.inputs[0].dims) && !cuda::reduce_splits(*rp, q.max_inputs[0].dims)) return {base};
+      const graph::Tactic split(kReduceSplitTactic);
+      if (q.scratch_limit != kNoScratchLimit && node_scratch(g, n, split, q) > q.scratch_limit) return {base};
+      return {split};
     }
     const auto* mm = std::get_if<MatrixMultiplyParams>(&n.params);
-    if (!mm) return base;
-    return tuner_.choose_gemm(g, n, *mm, base, q);
+    if (!mm) return {base};
+    return {tuner_.choose_gemm(g, n, *mm, base, q)};
   }
 
   // The scratch node `n` would reserve with this tactic at the query's max shapes.
-  std::size_t node_scratch(const graph::Graph& g, const graph::Node& n, const std::string& tactic, const TacticQuery& q) const {
+  std::size_t node_scratch(const graph::Graph& g, const graph::Node& n, const graph::Tactic& tactic, const TacticQuery& q) const {
     graph::Node probe = n;
     probe.tactic = tactic;
     std::vector<Buffer> in;

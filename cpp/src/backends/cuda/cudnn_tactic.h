@@ -1,22 +1,9 @@
 // Internal to the CUDA backend, and free of CUDA so that the CPU tests and a fuzz target can
-// check it: how a cuDNN convolution is written into an engine's tactic and read back.
-//
-//   cuda.convolution.cudnn/t:<type>/x:<dims>/w:<dims>/y:<dims>/s:<stride>/d:<dilation>
-//       /p:<padding before>/q:<padding after>/a:<0|1>[/l:<channels>][/o:1]/cfg:<configuration>/ws:<bytes>
-//
-// dims are 'x'-separated decimals (x, w, y: 4 or 5 of them, >= 1; the spatial fields: 2 or 3,
-// stride and dilation >= 1, padding >= 0); the type is DataType's value (float32, float16 or
-// bfloat16); a: 1 when cuDNN accumulates onto y (a bias written into y first: engines built
-// before 2026-12-03; the builder now writes 0 and adds the bias after cuDNN); l: present when
-// cuDNN runs channels-last (NHWC) copies of x, w and y that the backend makes around it, x's and
-// w's channels padded with zeros to this count (C <= l < C + 8; groups 1; a:0; since 2026-12-04);
-// o:1: the node stores its output value channels-last ([N, spatial..., K]) for the convolutions
-// that read it (a:0; since 2026-12-04; see CudnnTactic::out_channels_last); the configuration is cuDNN's engine global index then ",<knob type>=<value>" per knob,
-// or "direct": the backend's own tensor-core kernel for inputs of up to 4 channels (an image's
-// first layer) runs on the same channels-last copies instead of a cuDNN engine (with l:4, only
-// for the problems direct_conv_supported() accepts; since 2026-12-04); ws: the
-// workspace the engine reserved for the plan. Engine files are untrusted input: parse_cudnn_tactic accepts exactly what
-// format_cudnn_tactic writes and rejects anything else without reading out of bounds.
+// check it: a cuDNN convolution problem, and how its tactic (graph::CudnnConvConfig, kernel
+// cuda.convolution.cudnn) reads as the backend's CudnnTactic and back. The plan's reader
+// (graph/tactic.h) checks a tactic's structure; from_tactic adds what only the backend knows
+// (the direct kernel runs the problem). Whether the problem is the node's is checked at run
+// time (same_cudnn_problem; another problem runs the backend's own convolution).
 #pragma once
 
 #include <charconv>
@@ -29,11 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "graph/tactic.h"
 #include "tensoracle/types.h"
 
 namespace tensoracle::cuda {
-
-inline constexpr std::string_view kCudnnTacticPrefix = "cuda.convolution.cudnn/";
 
 // The problem, in cuDNN's terms: x [N, C, spatial...], w [K, C / groups, k...], y [N, K, ...]
 // (packed, 2 or 3 spatial dims), per spatial dim stride, dilation and padding before/after.
@@ -124,21 +110,13 @@ inline bool direct_conv_supported(const CudnnConvShape& s) {
 
 struct CudnnTactic {
   CudnnConvShape shape;
-  std::string config;          // "<engine global index>[,<knob type>=<value>]..."
+  // "<engine global index>[,<knob type>=<value>]...", as CudnnConv's candidates give it, or
+  // kDirectConfig.
+  std::string config;
   std::size_t workspace = 0;   // bytes reserved at build time
-  // The node's output value is stored channels-last, [N, spatial..., K]: written so by this node
-  // (in place by a channels-last plan, else through a packed copy), read so by the convolutions
-  // that read it (as data or as an epilogue operand); no other layer may read it.
-  bool out_channels_last = false;
 };
 
 namespace detail {
-
-inline std::string join_dims(const std::vector<std::int64_t>& v) {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
-  return s;
-}
 
 // A whole decimal as std::to_string writes it (optionally negative; no leading zeros, no "-0"),
 // nothing else.
@@ -148,18 +126,6 @@ bool whole_number(std::string_view s, T& out) {
   if (digits.empty() || (digits[0] == '0' && s.size() > 1)) return false;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && p == s.data() + s.size();
-}
-
-inline bool split_dims(std::string_view s, std::vector<std::int64_t>& out) {
-  out.clear();
-  while (true) {
-    const auto x = s.find('x');
-    std::int64_t v = 0;
-    if (!whole_number(s.substr(0, x), v) || out.size() == 8) return false;
-    out.push_back(v);
-    if (x == std::string_view::npos) return true;
-    s.remove_prefix(x + 1);
-  }
 }
 
 }  // namespace detail
@@ -189,76 +155,53 @@ inline bool parse_cudnn_config(std::string_view text, std::int64_t& global,
   }
 }
 
-inline std::string format_cudnn_tactic(const CudnnTactic& t) {
-  using detail::join_dims;
+inline graph::Tactic to_tactic(const CudnnTactic& t) {
+  graph::CudnnConvConfig c;
   const CudnnConvShape& s = t.shape;
-  return std::string(kCudnnTacticPrefix) + "t:" + std::to_string(static_cast<int>(s.type)) + "/x:" + join_dims(s.x) +
-         "/w:" + join_dims(s.w) + "/y:" + join_dims(s.y) + "/s:" + join_dims(s.stride) + "/d:" + join_dims(s.dilation) +
-         "/p:" + join_dims(s.pre) + "/q:" + join_dims(s.post) + "/a:" + (s.accumulate ? "1" : "0") +
-         (s.channels_last ? "/l:" + std::to_string(s.channels_last) : std::string()) +
-         (t.out_channels_last ? "/o:1" : "") + "/cfg:" + t.config +
-         "/ws:" + std::to_string(t.workspace);
+  c.type = s.type;
+  c.x = s.x;
+  c.w = s.w;
+  c.y = s.y;
+  c.stride = s.stride;
+  c.dilation = s.dilation;
+  c.pre = s.pre;
+  c.post = s.post;
+  c.accumulate = s.accumulate;
+  c.channels_last = s.channels_last;
+  if (t.config != kDirectConfig) {
+    std::int64_t global = 0;
+    if (!parse_cudnn_config(t.config, global, c.knobs)) return graph::Tactic();  // not cuDNN's: none
+    c.engine = global;
+  }
+  c.workspace = t.workspace;
+  return graph::Tactic(std::move(c));
 }
 
-// Exactly format_cudnn_tactic's output (fields in its order); false for anything else.
-inline bool parse_cudnn_tactic(std::string_view text, CudnnTactic& out) {
-  if (text.substr(0, kCudnnTacticPrefix.size()) != kCudnnTacticPrefix) return false;
-  text.remove_prefix(kCudnnTacticPrefix.size());
+// The backend's reading of a cuDNN convolution's tactic; false when it is another kernel's, or
+// the direct kernel's for a problem that kernel does not run.
+inline bool from_tactic(const graph::Tactic& tactic, CudnnTactic& out) {
+  const auto* c = std::get_if<graph::CudnnConvConfig>(&tactic.config);
+  if (c == nullptr) return false;
   CudnnTactic t;
   CudnnConvShape& s = t.shape;
-  std::vector<std::int64_t>* dims[] = {nullptr, &s.x, &s.w, &s.y, &s.stride, &s.dilation, &s.pre, &s.post};
-  constexpr std::string_view keys[] = {"t:", "x:", "w:", "y:", "s:", "d:", "p:", "q:", "a:", "l:", "o:", "cfg:", "ws:"};
-  constexpr std::size_t kLayout = 9, kOutLayout = 10;  // the optional fields
-  for (std::size_t k = 0; k < std::size(keys); ++k) {
-    if ((k == kLayout || k == kOutLayout) && !text.starts_with(keys[k])) continue;
-    if (text.substr(0, keys[k].size()) != keys[k]) return false;
-    text.remove_prefix(keys[k].size());
-    const bool last = k + 1 == std::size(keys);
-    const auto slash = last ? std::string_view::npos : text.find('/');
-    if (!last && slash == std::string_view::npos) return false;
-    const std::string_view value = text.substr(0, slash);
-    if (k == 0) {
-      int type = -1;
-      if (!detail::whole_number(value, type) ||
-          (type != static_cast<int>(DataType::kFLOAT) && type != static_cast<int>(DataType::kHALF) &&
-           type != static_cast<int>(DataType::kBF16)))
-        return false;
-      s.type = static_cast<DataType>(type);
-    } else if (k < 8) {
-      if (!detail::split_dims(value, *dims[k])) return false;
-    } else if (k == 8) {
-      if (value != "0" && value != "1") return false;
-      s.accumulate = value == "1";
-    } else if (k == kLayout) {
-      if (!detail::whole_number(value, s.channels_last) || s.channels_last < 1) return false;
-    } else if (k == kOutLayout) {
-      if (value != "1") return false;
-      t.out_channels_last = true;
-    } else if (k == 11) {
-      std::int64_t global = 0;
-      std::vector<std::pair<int, std::int64_t>> knobs;
-      if (value != kDirectConfig && !parse_cudnn_config(value, global, knobs)) return false;
-      t.config = std::string(value);
-    } else if (!detail::whole_number(value, t.workspace)) {
-      return false;
-    }
-    if (!last) text.remove_prefix(slash + 1);
+  s.type = c->type;
+  s.x = c->x;
+  s.w = c->w;
+  s.y = c->y;
+  s.stride = c->stride;
+  s.dilation = c->dilation;
+  s.pre = c->pre;
+  s.post = c->post;
+  s.accumulate = c->accumulate;
+  s.channels_last = c->channels_last;
+  if (c->engine) {
+    t.config = std::to_string(*c->engine);
+    for (const auto& [type, value] : c->knobs) t.config += "," + std::to_string(type) + "=" + std::to_string(value);
+  } else {
+    if (!direct_conv_supported(s)) return false;
+    t.config = std::string(kDirectConfig);
   }
-  const std::size_t r = s.x.size();
-  if ((r != 4 && r != 5) || s.w.size() != r || s.y.size() != r) return false;
-  for (const auto* d : {&s.stride, &s.dilation, &s.pre, &s.post})
-    if (d->size() != r - 2) return false;
-  for (const auto* d : {&s.x, &s.w, &s.y, &s.stride, &s.dilation})
-    for (auto v : *d)
-      if (v < 1) return false;
-  for (const auto* d : {&s.pre, &s.post})
-    for (auto v : *d)
-      if (v < 0) return false;
-  if (s.channels_last &&
-      (s.accumulate || s.w[1] != s.x[1] || s.channels_last < s.x[1] || s.channels_last - s.x[1] >= 8))
-    return false;
-  if (t.out_channels_last && s.accumulate) return false;
-  if (t.config == kDirectConfig && !direct_conv_supported(s)) return false;
+  t.workspace = static_cast<std::size_t>(c->workspace);
   out = std::move(t);
   return true;
 }

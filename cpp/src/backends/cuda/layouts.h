@@ -1,7 +1,7 @@
-// Internal to the CUDA backend, and free of CUDA so that the CPU tests can check it: which values
-// an engine stores channels-last (a convolution's tactic field o:1, CudnnTactic::out_channels_last;
-// a pooling's tactic kPoolingChannelsLastTactic) and where the builder chooses to
-// (docs/architecture.md, "Channels-last values between convolutions").
+// Internal to the CUDA backend, and free of CUDA so that the CPU tests can check it: where the
+// builder stores values channels-last (Value::layout, chosen with the producer's tactic:
+// docs/architecture.md, "Layouts"), and which producers and readers an engine's channels-last
+// value may have.
 #pragma once
 
 #include <span>
@@ -14,24 +14,7 @@
 
 namespace tensoracle::cuda {
 
-// A pooling's tactic when it stores its output channels-last ("cuda.pooling" when packed). A
-// pooling reads its input in whichever layout the input's producer wrote it.
-inline constexpr std::string_view kPoolingChannelsLastTactic = "cuda.pooling/o:1";
-
-// Whether node n stores its output channels-last: a convolution whose tactic says so
-// (CudnnTactic::out_channels_last) or a pooling with kPoolingChannelsLastTactic.
-inline bool writes_channels_last(const graph::Node& n) {
-  if (std::holds_alternative<PoolingParams>(n.params)) return n.tactic == kPoolingChannelsLastTactic;
-  if (!std::holds_alternative<ConvolutionParams>(n.params) || !n.tactic.starts_with(kCudnnTacticPrefix)) return false;
-  CudnnTactic t;
-  return parse_cudnn_tactic(n.tactic, t) && t.out_channels_last;
-}
-
-// Whether value v is stored channels-last: its producer writes it so.
-inline bool channels_last_value(const graph::Graph& g, int v) {
-  const int p = g.values[static_cast<std::size_t>(v)].producer;
-  return p >= 0 && writes_channels_last(g.nodes[static_cast<std::size_t>(p)]);
-}
+using graph::channels_last_value;
 
 // Where a channels-last value may come from and be read: written by a convolution, or by a
 // pooling without fused epilogue layers; read as a convolution's or a pooling's data (input 0)
@@ -67,6 +50,21 @@ inline bool channels_last_readers_ok(const graph::Graph& g, const graph::Node& n
     }
   }
   return true;
+}
+
+// Whether node n may store its output channels-last (an engine's Value::layout): a convolution
+// run by cuDNN's tactic or a pooling that reads a channels-last value, with readers as
+// channels_last_readers_ok asks. `why` says what is wrong.
+inline bool channels_last_writer_ok(const graph::Graph& g, const graph::Node& n, std::string* why = nullptr) {
+  if (std::holds_alternative<ConvolutionParams>(n.params) && n.tactic.kernel != graph::kCudnnConvKernel) {
+    if (why) *why = "its tactic is not a cuDNN convolution's";
+    return false;
+  }
+  if (std::holds_alternative<PoolingParams>(n.params) && (n.inputs.empty() || !channels_last_value(g, n.inputs[0]))) {
+    if (why) *why = "its input is not";
+    return false;
+  }
+  return channels_last_readers_ok(g, n, why);
 }
 
 // Whether n's output has readers and each of them suits a channels-last value of type `type`:

@@ -155,11 +155,16 @@ CudaNodeKernel::CudaNodeKernel(const Device& device, const graph::Graph& g, cons
     : device_(device), node_(n), op_(cuda::op_kernel(n.type())) {
   for (int v : n.all_inputs()) facts_.push_back({g.values[static_cast<std::size_t>(v)].constant.has_value(), std::nullopt});
   for (int v : n.all_inputs()) operand_cl_.push_back(cuda::channels_last_value(g, v));
+  // An engine file's layouts are not trusted: a channels-last output only where the builder
+  // stores it so (layouts.h).
+  out_cl_ = cuda::channels_last_value(g, n.output);
+  if (std::string why; out_cl_ && !cuda::channels_last_writer_ok(g, n, &why))
+    throw CorruptEngineError("[cuda] node '" + n.name + "': its output is stored channels-last, but " + why +
+                             " (malformed engine)");
   if (op_ && op_->prepare) {
-    cuda::OpPrepared prepared = op_->prepare(cuda::OpSetup{device, device.lt(), device.dnn(), g, n, operand_cl_});
+    cuda::OpPrepared prepared = op_->prepare(cuda::OpSetup{device, device.lt(), device.dnn(), g, n, operand_cl_, out_cl_});
     state_ = std::move(prepared.state);
     fused_ = prepared.fused;
-    out_cl_ = prepared.out_channels_last;
   }
 }
 

@@ -38,13 +38,15 @@ struct OpSetup {
   const graph::Graph& graph;
   const graph::Node& node;
   const std::vector<bool>& operand_channels_last;  // channels_last_value of each of node.all_inputs()
+  // The node's output is stored channels-last (Value::layout; the node kernel has checked that
+  // the node may write it so: layouts.h's channels_last_writer_ok).
+  bool out_channels_last;
 };
 
 // What `prepare` gives the node kernel.
 struct OpPrepared {
   std::unique_ptr<OpState> state;  // null: nothing kept
   std::size_t fused = 0;           // the node's first epilogue ops that the op applies itself
-  bool out_channels_last = false;  // the op writes its result channels-last (layouts.h)
 };
 
 // One run (or sizing) of a node's own op.

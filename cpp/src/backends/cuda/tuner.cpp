@@ -18,7 +18,6 @@
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/fp8_gemm.h"
 #include "backends/cuda/gemm.h"
-#include "backends/cuda/gemm_tactic.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/layouts.h"
 #include "backends/cuda/node_kernel.h"
@@ -121,11 +120,13 @@ std::vector<std::vector<double>> time_candidates(std::size_t count, cudaStream_t
 
 }  // namespace
 
-std::string Tuner::choose_gemm(const graph::Graph& g, const graph::Node& n, const MatrixMultiplyParams& mm,
-                               const std::string& base, const TacticQuery& q) const {
-  cuda::GemmTactic tactic{base, {}, std::nullopt};
+graph::Tactic Tuner::choose_gemm(const graph::Graph& g, const graph::Node& n, const MatrixMultiplyParams& mm,
+                                 const graph::Tactic& base, const TacticQuery& q) const {
+  graph::CublasLtConfig tactic = std::get<graph::CublasLtConfig>(base.config);
   if (q.scratch_limit != kNoScratchLimit) {
-    const std::size_t rest = node_scratch_(g, n, base + "/ws:0", q);
+    graph::CublasLtConfig none = tactic;
+    none.workspace = 0;
+    const std::size_t rest = node_scratch_(g, n, graph::Tactic(none), q);
     const std::uint64_t room = q.scratch_limit > rest ? q.scratch_limit - rest : 0;
     if (room < cuda::kGemmWorkspaceBytes) tactic.workspace = room / kAlign * kAlign;
   }
@@ -134,17 +135,17 @@ std::string Tuner::choose_gemm(const graph::Graph& g, const graph::Node& n, cons
   // scratch (cuBLASLt's fallback path) fits a workspace limit; timed below against cuBLASLt and
   // the separate pass.
   const auto fp8 = fused_fp8_epilogue(g, n);
-  const std::string fused_tactic = cuda::format_fused_fp8_tactic(fp8 == cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE ? 3 : 2);
+  const graph::Tactic fused_tactic(graph::FusedFp8GemmConfig{fp8 == cuda::Fp8Epilogue::kBIAS_GELU_QUANTIZE ? 3 : 2});
   const bool fp8_candidate = fp8 && fused_fp8_choice() != "0" &&
                              cuda::fused_fp8_gemm_runs_on(device_.prop().major, device_.prop().minor) &&
                              (q.scratch_limit == kNoScratchLimit || node_scratch_(g, n, fused_tactic, q) <= q.scratch_limit);
   if (fp8_candidate && fused_fp8_choice() == "1") return fused_tactic;
-  if (q.optimization_level < 2) return cuda::format_gemm_tactic(tactic);
+  if (q.optimization_level < 2) return graph::Tactic(tactic);
   const auto in = q.inputs;
   // The matrix multiply's own result at these shapes (n.main_desc may hold -1s).
   std::vector<graph::InputFacts> facts(in.size());
   const graph::TensorDesc main = graph::infer_main(n, in, facts);
-  if (!main.dims.all_known()) return cuda::format_gemm_tactic(tactic);
+  if (!main.dims.all_known()) return graph::Tactic(tactic);
   auto [fused, epilogue] = lt_epilogue(g, n);
   DeviceGuard guard(device_.index());
   const DataType quantized = n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT;
@@ -159,7 +160,7 @@ std::string Tuner::choose_gemm(const graph::Graph& g, const graph::Node& n, cons
     fill_random(p, bytes, type, seed);
     return p;
   };
-  std::string fused_won;  // the fused fp8 GEMM's tactic when it won the timing
+  bool fused_won = false;  // the fused fp8 GEMM won the timing
   try {
     // Copies of the operands to cycle through, spanning twice the L2 cache (at most 4), so that
     // a run does not find its operands in L2 from the run before: inside a network each GEMM
@@ -227,7 +228,7 @@ std::string Tuner::choose_gemm(const graph::Graph& g, const graph::Node& n, cons
             else cuda::activation(act, o, final_out, stream);
           }
         });
-        if (cuda::choose_timed(pair_times, kTunedMargin) == 0) fused_won = fused_tactic;
+        if (cuda::choose_timed(pair_times, kTunedMargin) == 0) fused_won = true;
       }
     } catch (...) {
       device_.destroy_stream(stream);
@@ -239,11 +240,13 @@ std::string Tuner::choose_gemm(const graph::Graph& g, const graph::Node& n, cons
     throw;
   }
   for (void* p : owned) device_.deallocate(p);
-  return fused_won.empty() ? cuda::format_gemm_tactic(tactic) : fused_won;
+  return fused_won ? fused_tactic : graph::Tactic(tactic);
 }
 
-std::string Tuner::choose_convolution(const graph::Graph& g, const graph::Node& n, const ConvolutionParams& p,
-                                      const std::string& base, const TacticQuery& q) const {
+backends::Backend::Choice Tuner::choose_convolution(const graph::Graph& g, const graph::Node& n, const ConvolutionParams& p,
+                                                    const graph::Tactic& own, const TacticQuery& q) const {
+  // The backend's own path, linear output: the fallback of every early return.
+  const backends::Backend::Choice base{own};
   const auto in = q.inputs;
   const int level = q.optimization_level;
   std::vector<graph::InputFacts> facts(in.size());
@@ -267,10 +270,10 @@ std::string Tuner::choose_convolution(const graph::Graph& g, const graph::Node& 
           wm{nullptr, q.max_inputs[1].type, q.max_inputs[1].dims};
       std::vector<graph::InputFacts> max_facts(q.max_inputs.size());
       const graph::TensorDesc max_main = graph::infer_main(n, q.max_inputs, max_facts);
-      const std::size_t own = align_up(plain.workspace_bytes(xm, wm, {nullptr, max_main.type, max_main.dims}));
-      const std::size_t epilogue = node_scratch_(g, n, base, q) - own;
+      const std::size_t own_bytes = align_up(plain.workspace_bytes(xm, wm, {nullptr, max_main.type, max_main.dims}));
+      const std::size_t epilogue = node_scratch_(g, n, own, q) - own_bytes;
       const std::uint64_t room = q.scratch_limit > epilogue ? q.scratch_limit - epilogue : 0;
-      cap = static_cast<std::size_t>(std::min<std::uint64_t>(cap, std::max<std::uint64_t>(room, own)));
+      cap = static_cast<std::size_t>(std::min<std::uint64_t>(cap, std::max<std::uint64_t>(room, own_bytes)));
     }
     cuda::CudnnConv problem(device_.dnn(), *shape);
     configs = problem.candidates(level >= 2 ? 8 : 1, cap);
@@ -317,16 +320,17 @@ std::string Tuner::choose_convolution(const graph::Graph& g, const graph::Node& 
   const bool x_cl = cuda::channels_last_value(g, n.inputs[0]);
   const bool out_cl = (!nhwc_configs.empty() || direct) && q.scratch_limit == kNoScratchLimit &&
                       cuda::chain_output(g, n, *shape, in, main);
-  if (direct && direct_choice == "1") return cuda::format_cudnn_tactic({nhwc, std::string(cuda::kDirectConfig), 0, out_cl});
+  const graph::Layout out_layout = out_cl ? graph::Layout::kChannelsLast : graph::Layout::kLinear;
+  if (direct && direct_choice == "1") return {cuda::to_tactic({nhwc, std::string(cuda::kDirectConfig), 0}), out_layout};
   if (layout == "nhwc" && !nhwc_configs.empty())
-    return cuda::format_cudnn_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace, out_cl});
+    return {cuda::to_tactic({nhwc, nhwc_configs[0].config, nhwc_configs[0].workspace}), out_layout};
   // Below level 2 a channels-last output only comes from the environment's nhwc (above), and
   // a channels-last x changes nothing in the tactic: cuDNN's first choice, untimed.
-  if (level < 2) return depthwise ? base : cuda::format_cudnn_tactic({*shape, configs[0].config, configs[0].workspace});
+  if (level < 2) return depthwise ? base : backends::Backend::Choice{cuda::to_tactic({*shape, configs[0].config, configs[0].workspace})};
 
   // Candidates: [cuDNN's first, ours, cuDNN's others] (ours first for depthwise), then the
   // channels-last ones; only those for a channels-last output.
-  std::vector<std::string> names;
+  std::vector<backends::Backend::Choice> names;
   std::vector<std::unique_ptr<cuda::ConvolutionKernel>> kernels;
   auto add = [&](const cuda::CudnnConv::Candidate* c, const cuda::CudnnConvShape& problem, bool chained) {
     auto k = std::make_unique<cuda::ConvolutionKernel>(device_.lt(), n.name, p);
@@ -340,7 +344,9 @@ std::string Tuner::choose_convolution(const graph::Graph& g, const graph::Node& 
     }
     k->set_layouts(x_cl, chained);
     kernels.push_back(std::move(k));
-    names.push_back(c ? cuda::format_cudnn_tactic({problem, c->config, c->workspace, chained}) : base);
+    names.push_back(c ? backends::Backend::Choice{cuda::to_tactic({problem, c->config, c->workspace}),
+                                                  chained ? graph::Layout::kChannelsLast : graph::Layout::kLinear}
+                      : base);
   };
   const cuda::CudnnConv::Candidate own_direct{std::string(cuda::kDirectConfig), 0};
   if (out_cl) {
@@ -367,7 +373,7 @@ std::string Tuner::choose_convolution(const graph::Graph& g, const graph::Node& 
     fill_random(ptr, bytes, d.type, seed);
     return ptr;
   };
-  std::string best = base;
+  backends::Backend::Choice best = base;
   cudaStream_t stream = nullptr;
   try {
     const cuda::TensorRef x{scratch(in[0]), in[0].type, in[0].dims}, w{scratch(in[1]), in[1].type, in[1].dims};

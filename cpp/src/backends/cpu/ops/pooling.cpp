@@ -299,15 +299,16 @@ namespace ops {
 
 namespace {
 
-// Tactic cpu.pooling.nhwc (onednn.h): the node reads and writes channels-last values.
+// A pooling whose output is stored channels-last (onednn.h): the node reads and writes
+// channels-last values.
 struct PoolingState final : OpState {};
 
 std::unique_ptr<OpState> prepare_pooling(const graph::Graph& g, const graph::Node& n) {
-  if (n.tactic != onednn::kPoolTacticChannelsLast) return nullptr;
-  // Only where the builder writes it (onednn.h): an engine file's tactic is not trusted.
+  if (!graph::channels_last_value(g, n.output)) return nullptr;
+  // Only where the builder stores it so (onednn.h): an engine file's layouts are not trusted.
   const std::string why = onednn::pooling_channels_last_refusal(g, n);
   if (!why.empty())
-    throw CorruptEngineError("[cpu] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
+    throw CorruptEngineError("[cpu] node '" + n.name + "': its output is stored channels-last, but " + why +
                              " (malformed engine)");
   return std::make_unique<PoolingState>();
 }

@@ -745,15 +745,10 @@ OpPrepared prepare_convolution(const OpSetup& setup) {
   state->act = conv_activation(n);
   OpPrepared r;
   r.fused = state->act ? 1 : 0;
-  if (n.tactic.starts_with(kCudnnTacticPrefix)) {
+  if (n.tactic.kernel == graph::kCudnnConvKernel) {
     CudnnTactic t;
-    if (!parse_cudnn_tactic(n.tactic, t))
+    if (!from_tactic(n.tactic, t))
       throw CorruptEngineError("[cuda] node '" + n.name + "': the tactic's cuDNN convolution is malformed");
-    std::string why;
-    if (t.out_channels_last && !channels_last_readers_ok(g, n, &why))
-      throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
-                               " (malformed engine)");
-    r.out_channels_last = t.out_channels_last;
     try {
       if (t.config == kDirectConfig) state->conv->use_direct(t.shape);  // the backend's own kernel
       else state->conv->use_cudnn(setup.dnn, t.shape, t.config, t.workspace);
@@ -764,7 +759,7 @@ OpPrepared prepare_convolution(const OpSetup& setup) {
       // own convolution (same results within float32 rounding; slower).
     }
   }
-  state->conv->set_layouts(channels_last_value(g, n.inputs[0]), r.out_channels_last);
+  state->conv->set_layouts(channels_last_value(g, n.inputs[0]), setup.out_channels_last);
   r.state = std::move(state);
   return r;
 }

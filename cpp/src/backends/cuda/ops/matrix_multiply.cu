@@ -12,7 +12,6 @@
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/fp8_gemm.h"
 #include "backends/cuda/gemm.h"
-#include "backends/cuda/gemm_tactic.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/node_kernel.h"
 #include "backends/cuda/op_kernel.h"
@@ -146,19 +145,28 @@ OpPrepared prepare_matmul(const OpSetup& setup) {
   auto [fused, epilogue] = lt_epilogue(g, n);
   r.fused = fused;
   state->bias = fused > 0;
-  GemmTactic t;
-  int fp8_ops = 0;
-  if (parse_fused_fp8_tactic(n.tactic, fp8_ops)) {
+  graph::CublasLtConfig t;
+  if (const auto* f = std::get_if<graph::FusedFp8GemmConfig>(&n.tactic.config)) {
     // Only where the builder writes it: the node's epilogue is the kernel's (fused_fp8_epilogue).
     state->fp8 = fused_fp8_epilogue(g, n);
-    if (!state->fp8 || static_cast<std::size_t>(fp8_ops) != n.epilogue.size())
-      throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic +
+    if (!state->fp8 || static_cast<std::size_t>(f->epilogue_ops) != n.epilogue.size())
+      throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + graph::describe(n.tactic) +
                                "' does not match the node's product and epilogue (malformed engine)");
     r.fused = n.epilogue.size();
     state->fp8_kernel = fused_fp8_gemm_runs_on(device.prop().major, device.prop().minor);
     state->fp8_weight_constant = g.values[static_cast<std::size_t>(n.inputs[1])].constant.has_value();
-  } else if (!n.tactic.empty() && !parse_gemm_tactic(n.tactic, t)) {
-    throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic is not a matrix multiply's (malformed engine)");
+  } else if (const auto* c = std::get_if<graph::CublasLtConfig>(&n.tactic.config)) {
+    // Precision and epilogue as the builder derives them from the node (cuda_backend.cpp's tactics).
+    const auto precision = !n.quantized() ? graph::CublasLtConfig::Precision::kNative
+                           : graph::arithmetic_type(g, n) == DataType::kINT8 ? graph::CublasLtConfig::Precision::kInt8
+                                                                              : graph::CublasLtConfig::Precision::kFp8;
+    if (c->precision != precision || static_cast<std::size_t>(c->epilogue_ops) != fused)
+      throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + graph::describe(n.tactic) +
+                               "' does not match the node's precision and epilogue (malformed engine)");
+    t = *c;
+  } else if (!n.tactic.empty()) {
+    throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic '" + graph::describe(n.tactic) +
+                             "' is not a matrix multiply's (malformed engine)");
   }
   state->gemm = std::make_unique<Gemm>(device.lt(), n.name, std::get<MatrixMultiplyParams>(n.params), epilogue,
                                        n.quantized() ? graph::arithmetic_type(g, n) : DataType::kFLOAT,

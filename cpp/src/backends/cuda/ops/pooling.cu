@@ -509,22 +509,12 @@ struct PoolingState final : OpState {
 OpPrepared prepare_pooling(const OpSetup& setup) {
   const graph::Node& n = setup.node;
   OpPrepared r;
-  // "cuda.pooling/o:1" only where the builder writes it: a channels-last input, readers that
-  // take the value so (pooling_chain_output).
-  if (n.tactic == kPoolingChannelsLastTactic) {
-    std::string why;
-    if (!setup.operand_channels_last[0]) why = "its input is not";
-    else channels_last_readers_ok(setup.graph, n, &why);
-    if (!why.empty())
-      throw CorruptEngineError("[cuda] node '" + n.name + "': its tactic stores the output channels-last, but " + why +
-                               " (malformed engine)");
-    r.out_channels_last = true;
-  } else if (!n.tactic.empty() && n.tactic != "cuda.pooling") {
-    throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a pooling's (malformed engine)");
-  }
+  if (!n.tactic.empty() && n.tactic != graph::Tactic("cuda.pooling"))
+    throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + graph::describe(n.tactic) +
+                             "' is not a pooling's (malformed engine)");
   auto state = std::make_unique<PoolingState>();
   state->in_channels_last = setup.operand_channels_last[0];
-  state->out_channels_last = r.out_channels_last;
+  state->out_channels_last = setup.out_channels_last;
   r.state = std::move(state);
   return r;
 }

@@ -283,9 +283,10 @@ struct ReduceSplitState final : OpState {};
 OpPrepared prepare_reduce(const OpSetup& setup) {
   const graph::Node& n = setup.node;
   OpPrepared r;
-  if (n.tactic == kReduceSplitTactic) r.state = std::make_unique<ReduceSplitState>();
-  else if (!n.tactic.empty() && n.tactic != "cuda.reduce")
-    throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + n.tactic + "' is not a reduce's (malformed engine)");
+  if (n.tactic == graph::Tactic(kReduceSplitTactic)) r.state = std::make_unique<ReduceSplitState>();
+  else if (!n.tactic.empty() && n.tactic != graph::Tactic("cuda.reduce"))
+    throw CorruptEngineError("[cuda] node '" + n.name + "': tactic '" + graph::describe(n.tactic) +
+                             "' is not a reduce's (malformed engine)");
   return r;
 }
 
