@@ -122,6 +122,10 @@ int inspect_engine(const std::string& path, bool json) {
     for (const auto& name : graph::fused_layers(n)) fused += " + " + name;
     if (const auto* pp = std::get_if<PluginParams>(&n.params))
       fused += "  creator " + (pp->plugin_namespace.empty() ? "" : pp->plugin_namespace + "::") + pp->name + "/" + pp->version;
+    if (!n.extra_outputs.empty()) {
+      fused += "  outputs";
+      for (int v : n.outputs()) fused += " " + p.graph.values[static_cast<std::size_t>(v)].name;
+    }
     if (p.graph.values[static_cast<std::size_t>(n.output)].layout == graph::Layout::kChannelsLast)
       fused += "  output channels-last";
     fmt::print("  {:<24} {:<16} {:<8} tactic {:<20}{}\n", n.name, layer_type_name(n.type()),

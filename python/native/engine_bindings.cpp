@@ -197,6 +197,7 @@ void bind_engine(nb::module_& m) {
       .def_ro("tactic", &LayerInfo::tactic)
       .def_ro("inputs", &LayerInfo::inputs)
       .def_ro("output", &LayerInfo::output)
+      .def_ro("outputs", &LayerInfo::outputs)
       .def_ro("output_layout", &LayerInfo::output_layout);
 
   nb::class_<PyExecution>(m, "Execution", "One execution context: activation memory, shapes and bindings")

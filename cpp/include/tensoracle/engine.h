@@ -60,7 +60,8 @@ struct LayerInfo {
   std::string precision;            // the type it computes in: "float32", ..., "int8" / "fp8" for folded Q/DQ
   std::string tactic;                // the kernel and its configuration, one line ("cpu.gemm.onednn", ...)
   std::vector<std::string> inputs;  // tensor names
-  std::string output;
+  std::string output;               // the node's result (a multi-output layer's output 0)
+  std::vector<std::string> outputs; // every output it writes in one run: output, then a topk's or a plugin's others
   std::string output_layout;        // how the engine stores the output: "linear" or "channels_last"
 };
 

@@ -22,7 +22,7 @@ namespace tensoracle::backends {
 // that a library of another version refuses before it reads them. Whether the structures passed
 // after that match is the build identity's check (backends/build_identity.h), which needs no
 // bump: any change to the headers that define them changes it.
-inline constexpr int kBackendAbiVersion = 6;  // 2: plugin nodes; 3: Timeline; 4: TacticQuery; 5: build identity; 6: typed tactics, layouts
+inline constexpr int kBackendAbiVersion = 6;  // 2: plugin nodes; 3: Timeline; 4: TacticQuery; 5: build identity; 6: typed tactics, layouts, multi-output nodes
 
 struct Buffer {
   void* data = nullptr;  // in the backend's memory
@@ -39,13 +39,14 @@ enum class MemoryKind { kHost, kDevice };
 inline constexpr std::uint64_t kNoScratchLimit = ~std::uint64_t{0};
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
-// A node's executable form: inputs are node.all_inputs() in order, then the output.
+// A node's executable form: inputs are node.all_inputs() in order, outputs node.outputs() (the
+// final result first, then a multi-output node's others).
 class NodeKernel {
  public:
   virtual ~NodeKernel() = default;
-  virtual std::size_t workspace_bytes(std::span<const Buffer> inputs, const Buffer& output) const = 0;
+  virtual std::size_t workspace_bytes(std::span<const Buffer> inputs, std::span<const Buffer> outputs) const = 0;
   // Launches the node on `stream` (the CPU backend takes none and runs to completion).
-  virtual void run(std::span<const Buffer> inputs, const Buffer& output, void* workspace, void* stream) const = 0;
+  virtual void run(std::span<const Buffer> inputs, std::span<const Buffer> outputs, void* workspace, void* stream) const = 0;
 };
 
 // What the builder asks of Backend::choose_tactic for one node.

@@ -43,26 +43,41 @@ void with_prefix(const std::string& prefix, F&& f) {
 }
 
 // Calls enqueue(input descs, input pointers, output descs, output pointers, plugin workspace
-// or null, its bytes) for plugin node `node` writing output `p.output` into `out`.
+// or null, its bytes) once for plugin node `node`: writing every output into `outs` (p.output
+// -1: the node's outputs are the plugin's, in order), or output p.output into outs[0] and the
+// others into the workspace.
 template <typename Enqueue>
 void run_plugin_node(const std::string& backend, const graph::Node& node, const PluginParams& p, int backend_bit,
-                     std::size_t align, std::span<const Buffer> in, const Buffer& out, std::byte* ws, Enqueue&& enqueue) {
+                     std::size_t align, std::span<const Buffer> in, std::span<const Buffer> outs, std::byte* ws,
+                     Enqueue&& enqueue) {
   with_prefix("[" + backend + "] layer '" + node.name + "': ", [&] {
     const auto descs = plugin_descs(in, node.inputs.size());
-    const int keep = std::max(p.output, 0);
-    const PluginCall call = plan_plugin_call(*p.plugin, backend_bit, descs, keep, align);
-    const auto& mine = call.outputs[static_cast<std::size_t>(keep)];
-    if (mine.type != out.type || !(mine.dims == out.dims))
-      throw Error(p.plugin->label() + ": output " + std::to_string(keep) + " is " + std::string(type_name(mine.type)) + " " +
-                  mine.dims.str() + " at run time, but shape inference said " + std::string(type_name(out.type)) + " " +
-                  out.dims.str());
+    const PluginCall call = plan_plugin_call(*p.plugin, backend_bit, descs, p.output, align);
+    const std::size_t first = p.output < 0 ? 0 : static_cast<std::size_t>(p.output);
+    if (outs.size() != (p.output < 0 ? call.outputs.size() : 1))
+      throw Error(p.plugin->label() + ": the node writes " + std::to_string(outs.size()) + " outputs of the plugin's " +
+                  std::to_string(call.outputs.size()));
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      const auto& mine = call.outputs[first + k];
+      if (mine.type != outs[k].type || !(mine.dims == outs[k].dims))
+        throw Error(p.plugin->label() + ": output " + std::to_string(first + k) + " is " + std::string(type_name(mine.type)) +
+                    " " + mine.dims.str() + " at run time, but shape inference said " + std::string(type_name(outs[k].type)) +
+                    " " + outs[k].dims.str());
+    }
     std::vector<const void*> inputs;
     for (std::size_t i = 0; i < node.inputs.size(); ++i) inputs.push_back(in[i].data);
     std::vector<void*> outputs(call.outputs.size());
     for (std::size_t k = 0; k < outputs.size(); ++k)
-      outputs[k] = static_cast<int>(k) == keep ? out.data : static_cast<void*>(ws + call.offsets[k]);
+      outputs[k] = k >= first && k - first < outs.size() ? outs[k - first].data : static_cast<void*>(ws + call.offsets[k]);
     enqueue(descs, inputs.data(), call.outputs, outputs.data(), call.plugin_workspace ? ws : nullptr, call.plugin_workspace);
   });
+}
+
+// The outputs a node's own op writes: `out`, then a multi-output node's others.
+inline std::vector<Buffer> node_outputs(const Buffer& out, std::span<const Buffer> extra) {
+  std::vector<Buffer> all{out};
+  all.insert(all.end(), extra.begin(), extra.end());
+  return all;
 }
 
 }  // namespace tensoracle::backends

@@ -174,9 +174,9 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
   const graph::Node* widest = nullptr;
   for (const auto& n : g.nodes) {
     auto kernel = backend.instantiate(g, n);
-    std::vector<backends::Buffer> in;
+    std::vector<backends::Buffer> in, out;
     for (int v : n.all_inputs()) in.push_back({nullptr, at_max[static_cast<std::size_t>(v)].type, at_max[static_cast<std::size_t>(v)].dims});
-    backends::Buffer out{nullptr, at_max[static_cast<std::size_t>(n.output)].type, at_max[static_cast<std::size_t>(n.output)].dims};
+    for (int v : n.outputs()) out.push_back({nullptr, at_max[static_cast<std::size_t>(v)].type, at_max[static_cast<std::size_t>(v)].dims});
     const std::uint64_t bytes = kernel->workspace_bytes(in, out);
     if (!widest || bytes > plan.workspace_bytes) widest = &n;
     plan.workspace_bytes = std::max<std::uint64_t>(plan.workspace_bytes, bytes);

@@ -15,7 +15,8 @@ PassLog dead_code(Graph& g) {
   std::vector<bool> dead(g.nodes.size(), true);
   for (std::size_t i = g.nodes.size(); i-- > 0;) {
     const Node& n = g.nodes[i];
-    if (!live_value[static_cast<std::size_t>(n.output)]) continue;
+    const auto outs = n.outputs();  // a node runs while any of its outputs is read
+    if (std::none_of(outs.begin(), outs.end(), [&](int v) { return live_value[static_cast<std::size_t>(v)]; })) continue;
     dead[i] = false;
     for (int v : n.all_inputs()) live_value[static_cast<std::size_t>(v)] = true;
   }
@@ -37,7 +38,8 @@ PassLog constant_fold(Graph& g, const ConstantEvaluator& evaluate, std::uint64_t
     // Dequantize stays (quantized weights stay quantized); a plugin runs only where the engine
     // runs (it may have no CPU implementation, and its fields, not its result, are what engines
     // store).
-    if (n.type() == LayerType::kDEQUANTIZE || n.type() == LayerType::kPLUGIN) continue;
+    // A node of several outputs (topk) stays too: the evaluator gives one.
+    if (n.type() == LayerType::kDEQUANTIZE || n.type() == LayerType::kPLUGIN || !n.extra_outputs.empty()) continue;
     auto ins = n.all_inputs();
     bool all_const = std::all_of(ins.begin(), ins.end(), [&](int v) {
       return g.values[static_cast<std::size_t>(v)].constant.has_value();
@@ -158,6 +160,7 @@ PassLog fuse_pointwise(Graph& g, const FusionPolicy& can_fuse) {
     for (std::size_t pi = 0; pi < g.nodes.size() && !changed; ++pi) {
       if (absorbed[pi]) continue;
       Node& prod = g.nodes[pi];
+      if (!prod.extra_outputs.empty()) continue;  // several outputs: no epilogue
       int v = prod.output;
       const auto& val = g.values[static_cast<std::size_t>(v)];
       const auto& readers = consumers[static_cast<std::size_t>(v)];

@@ -1,5 +1,6 @@
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "tensoracle/errors.h"
@@ -10,6 +11,12 @@ std::vector<int> Node::all_inputs() const {
   std::vector<int> v = inputs;
   for (const auto& e : epilogue)
     if (e.operand >= 0) v.push_back(e.operand);
+  return v;
+}
+
+std::vector<int> Node::outputs() const {
+  std::vector<int> v{output};
+  v.insert(v.end(), extra_outputs.begin(), extra_outputs.end());
   return v;
 }
 
@@ -41,9 +48,13 @@ std::vector<TensorDesc> main_inputs(const Node& n, std::span<const TensorDesc> i
   return {TensorDesc{t, inputs[0].dims}, TensorDesc{t, inputs[1].dims}};
 }
 
-TensorDesc infer_main(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts) {
+std::vector<TensorDesc> infer_all(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts) {
   auto in = main_inputs(n, inputs);
-  return infer(n.params, in, facts.first(in.size()))[0];
+  return infer(n.params, in, facts.first(in.size()));
+}
+
+TensorDesc infer_main(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts) {
+  return infer_all(n, inputs, facts)[0];
 }
 
 std::vector<std::vector<int>> Graph::consumers() const {
@@ -83,20 +94,20 @@ Graph from_network(const Network& net) {
       g.values[static_cast<std::size_t>(id)].constant = std::get<ConstantParams>(l->params()).weights;
       continue;
     }
-    // Every node has one output: a layer with several (topk, plugins) becomes one node per output,
-    // its parameters saying which (dead code removes the ones nothing reads).
-    for (int out = 0; out < l->num_outputs(); ++out) {
-      Node n;
-      n.name = l->num_outputs() > 1 ? l->name() + "[" + std::to_string(out) + "]" : l->name();
-      n.params = l->params();
-      if (auto* topk = std::get_if<TopKParams>(&n.params)) topk->output = out;
-      if (auto* plugin = std::get_if<PluginParams>(&n.params)) plugin->output = out;
-      for (const Tensor* t : l->stored_inputs()) n.inputs.push_back(ids.at(t));
-      n.main_desc = {l->get_output(out)->type(), l->get_output(out)->dims()};
-      n.output = add_value(l->get_output(out));
-      g.values[static_cast<std::size_t>(n.output)].producer = static_cast<int>(g.nodes.size());
-      g.nodes.push_back(std::move(n));
-    }
+    // One node per layer: a layer with several outputs (topk, plugins) writes them all in one
+    // run, its parameters' `output` -1; one output: 0.
+    Node n;
+    n.name = l->name();
+    n.params = l->params();
+    const int all = l->num_outputs() > 1 ? -1 : 0;
+    if (auto* topk = std::get_if<TopKParams>(&n.params)) topk->output = all;
+    if (auto* plugin = std::get_if<PluginParams>(&n.params)) plugin->output = all;
+    for (const Tensor* t : l->stored_inputs()) n.inputs.push_back(ids.at(t));
+    n.main_desc = {l->get_output(0)->type(), l->get_output(0)->dims()};
+    n.output = add_value(l->get_output(0));
+    for (int out = 1; out < l->num_outputs(); ++out) n.extra_outputs.push_back(add_value(l->get_output(out)));
+    for (int v : n.outputs()) g.values[static_cast<std::size_t>(v)].producer = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(n));
   }
   for (int i = 0; i < net.num_inputs(); ++i) g.inputs.push_back(ids.at(net.get_input(i)));
   for (int i = 0; i < net.num_outputs(); ++i) g.outputs.push_back(ids.at(net.get_output(i)));
@@ -120,18 +131,22 @@ std::vector<InputFacts> facts_of(const Graph& g, const std::vector<int>& ids, co
 }
 
 // Runs inference for node `n` given the descriptions in `desc` (and the shape tensors' values
-// when known); returns the final output.
-TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDesc>& desc,
-                      const ShapeValues* values = nullptr) {
+// when known); returns its outputs' (n.outputs() order: the final result first).
+std::vector<TensorDesc> infer_node(const Graph& g, const Node& n, const std::vector<TensorDesc>& desc,
+                                   const ShapeValues* values = nullptr) {
   std::vector<TensorDesc> in;
   for (int v : n.inputs) in.push_back(desc[static_cast<std::size_t>(v)]);
   auto fin = facts_of(g, n.inputs, values);
-  TensorDesc cur;
+  std::vector<TensorDesc> all;
   try {
-    cur = infer_main(n, in, fin);
+    all = infer_all(n, in, fin);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument("[build] layer '" + n.name + "': " + e.what());
   }
+  if (all.size() != 1 + n.extra_outputs.size() || (!n.extra_outputs.empty() && !n.epilogue.empty()))
+    throw InvalidArgument("[build] layer '" + n.name + "' has " + std::to_string(all.size()) + " outputs, its node " +
+                          std::to_string(1 + n.extra_outputs.size()) + (n.epilogue.empty() ? "" : " and an epilogue"));
+  TensorDesc& cur = all[0];
   for (const auto& op : n.epilogue) {
     std::vector<TensorDesc> ein{cur};
     std::vector<InputFacts> efacts{InputFacts{}};
@@ -149,7 +164,7 @@ TensorDesc infer_node(const Graph& g, const Node& n, const std::vector<TensorDes
       throw InvalidArgument("[build] layer '" + op.layer + "': " + e.what());
     }
   }
-  return cur;
+  return all;
 }
 
 }  // namespace
@@ -186,7 +201,10 @@ std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& in
   for (std::size_t i = 0; i < g.inputs.size(); ++i) desc[static_cast<std::size_t>(g.inputs[i])].dims = input_dims[i];
   for (const Node& n : g.nodes) {
     const auto out = static_cast<std::size_t>(n.output);
-    desc[out] = infer_node(g, n, desc, &values);
+    const auto all = infer_node(g, n, desc, &values);
+    for (std::size_t k = 0; k < all.size(); ++k) desc[static_cast<std::size_t>(n.outputs()[k])] = all[k];
+    // Shape tensors: of single-output nodes (a multi-output node is not evaluated on the host).
+    if (!n.extra_outputs.empty()) continue;
     const TensorDesc& d = desc[out];
     if (!is_shape_tensor_type(d.type) || !d.dims.all_known() || d.dims.volume() > kMaxShapeTensorElements) continue;
     if (std::holds_alternative<ShapeParams>(n.params) && n.epilogue.empty()) {
@@ -224,9 +242,12 @@ void verify(const Graph& g, const std::string& after) {
       fail("value '" + val.name + "' names node " + std::to_string(val.producer) + " as its producer");
     if (val.producer >= 0 && (val.is_input || val.constant))
       fail("value '" + val.name + "' is a network input or a constant but names a producer");
-    if (val.producer >= 0 && g.nodes[static_cast<std::size_t>(val.producer)].output != static_cast<int>(i))
-      fail("value '" + val.name + "' names node '" + g.nodes[static_cast<std::size_t>(val.producer)].name +
-           "' as producer, which writes another value");
+    if (val.producer >= 0) {
+      const auto outs = g.nodes[static_cast<std::size_t>(val.producer)].outputs();
+      if (std::find(outs.begin(), outs.end(), static_cast<int>(i)) == outs.end())
+        fail("value '" + val.name + "' names node '" + g.nodes[static_cast<std::size_t>(val.producer)].name +
+             "' as producer, which writes other values");
+    }
   }
   // The network's inputs: each an input value, listed once; and every input value listed.
   std::vector<bool> listed(g.values.size(), false);
@@ -258,10 +279,16 @@ void verify(const Graph& g, const std::string& after) {
         fail("node '" + node.name + "' reads '" + g.values[static_cast<std::size_t>(v)].name + "' before it is produced");
     }
     if (!in_range(node.output)) fail("node '" + node.name + "' has no output");
-    const Value& out = g.values[static_cast<std::size_t>(node.output)];
-    if (out.is_input || out.constant) fail("node '" + node.name + "' writes '" + out.name + "', a network input or a constant");
-    if (out.producer != static_cast<int>(n)) fail("value '" + out.name + "' does not name node '" + node.name + "' as producer");
-    defined[static_cast<std::size_t>(node.output)] = true;
+    if (!node.extra_outputs.empty() && !node.epilogue.empty())
+      fail("node '" + node.name + "' has several outputs and fused layers");
+    for (int o : node.outputs()) {
+      if (!in_range(o)) fail("node '" + node.name + "' writes value id " + std::to_string(o));
+      const Value& out = g.values[static_cast<std::size_t>(o)];
+      if (out.is_input || out.constant) fail("node '" + node.name + "' writes '" + out.name + "', a network input or a constant");
+      if (out.producer != static_cast<int>(n)) fail("value '" + out.name + "' does not name node '" + node.name + "' as producer");
+      if (defined[static_cast<std::size_t>(o)]) fail("node '" + node.name + "' writes '" + out.name + "' twice");
+      defined[static_cast<std::size_t>(o)] = true;
+    }
   }
   // The network's outputs: each produced by a node (never an input or a constant, which no
   // kernel would write into the caller's buffer), listed once, and marked as outputs.
@@ -288,10 +315,13 @@ void verify(const Graph& g, const std::string& after) {
   for (const Node& n : g.nodes) {
     // A plugin node read without its library (plan::read_engine for inspection) cannot be asked.
     if (const auto* p = std::get_if<PluginParams>(&n.params); p && !p->plugin) continue;
-    TensorDesc d = infer_node(g, n, desc);
-    if (d.type != g.values[static_cast<std::size_t>(n.output)].desc.type)
-      fail("node '" + n.name + "' infers type " + std::string(type_name(d.type)) + " but its value says " +
-           std::string(type_name(g.values[static_cast<std::size_t>(n.output)].desc.type)));
+    const auto all = infer_node(g, n, desc);
+    const auto outs = n.outputs();
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      if (all[k].type != g.values[static_cast<std::size_t>(outs[k])].desc.type)
+        fail("node '" + n.name + "' infers type " + std::string(type_name(all[k].type)) + " for '" +
+             g.values[static_cast<std::size_t>(outs[k])].name + "' but its value says " +
+             std::string(type_name(g.values[static_cast<std::size_t>(outs[k])].desc.type)));
   }
 }
 
@@ -306,7 +336,7 @@ void compact(Graph& g, const std::vector<bool>& dead) {
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     if (dead[n]) continue;
     for (int v : g.nodes[n].all_inputs()) used[static_cast<std::size_t>(v)] = true;
-    used[static_cast<std::size_t>(g.nodes[n].output)] = true;
+    for (int v : g.nodes[n].outputs()) used[static_cast<std::size_t>(v)] = true;
   }
   std::vector<int> remap(g.values.size(), -1);
   std::vector<Value> values;
@@ -323,7 +353,8 @@ void compact(Graph& g, const std::vector<bool>& dead) {
     for (auto& e : node.epilogue)
       if (e.operand >= 0) e.operand = remap[static_cast<std::size_t>(e.operand)];
     node.output = remap[static_cast<std::size_t>(node.output)];
-    values[static_cast<std::size_t>(node.output)].producer = static_cast<int>(nodes.size());
+    for (int& v : node.extra_outputs) v = remap[static_cast<std::size_t>(v)];
+    for (int v : node.outputs()) values[static_cast<std::size_t>(v)].producer = static_cast<int>(nodes.size());
     nodes.push_back(std::move(node));
   }
   for (auto& v : values)

@@ -1,8 +1,9 @@
 // Internal: the builder's IR — values and nodes in topological order, copied from a Network.
 //
-// Constants are values with weights (no node). Every node has exactly one output value. A node
-// may carry an epilogue: pointwise layers fused into it by the fusion pass, applied in order to
-// its output; only the last one's value is materialised.
+// Constants are values with weights (no node). A node has one output value, or several for a
+// layer with several outputs (topk, a plugin), which its own op writes in one run. A node of one
+// output may carry an epilogue: pointwise layers fused into it by the fusion pass, applied in
+// order to its output; only the last one's value is materialised.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,10 @@ struct Node {
   std::vector<int> inputs;      // value ids
   TensorDesc main_desc;         // output of the node's own op, before the epilogue
   std::vector<EpilogueOp> epilogue;
-  int output = -1;              // value id of the final result
+  int output = -1;              // value id of the final result (the layer's output 0)
+  // Outputs 1..N-1 of a layer with several (topk, a plugin; its parameters' `output` is -1: all),
+  // written by the node's own op in the same run; such a node has no epilogue.
+  std::vector<int> extra_outputs;
   Tactic tactic;                // the backend's kernel for it (graph/tactic.h)
   // Q/DQ folding (builder::fold_qdq): the names of the two dequantize layers this matrix multiply
   // absorbed. When set, inputs = {a_q, b_q, a_scale, b_scale} — int8 or fp8 tensors and their
@@ -56,6 +60,8 @@ struct Node {
   LayerType type() const noexcept { return static_cast<LayerType>(params.index()); }
   // Every value the node reads: inputs, then epilogue operands.
   std::vector<int> all_inputs() const;
+  // Every value the node writes: output, then extra_outputs.
+  std::vector<int> outputs() const;
 };
 
 struct Graph;
@@ -102,6 +108,8 @@ std::vector<std::string> fused_layers(const Node& n);
 std::vector<TensorDesc> main_inputs(const Node& n, std::span<const TensorDesc> inputs);
 // Node `n`'s own result (before its epilogue). Throws InvalidArgument (without the layer's name).
 TensorDesc infer_main(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts);
+// Every result of node `n`'s own op: its main result, then one per extra output.
+std::vector<TensorDesc> infer_all(const Node& n, std::span<const TensorDesc> inputs, std::span<const InputFacts> facts);
 
 // The descriptions of node `n`'s own result and of each of its epilogue's values, for inputs
 // described by `inputs` (n.all_inputs() order) with `facts` (same order). What a backend's

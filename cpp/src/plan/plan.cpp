@@ -127,7 +127,7 @@ json plan_to_json(const Plan& plan) {
   auto& nodes = j["nodes"] = json::array();
   for (const auto& n : g.nodes) {
     json e = {{"name", n.name}, {"layer", layer_type_name(n.type())}, {"params", params_json(n.params)},
-              {"inputs", n.inputs}, {"output", n.output}, {"main", desc_json(n.main_desc)},
+              {"inputs", n.inputs}, {"output", n.output}, {"extra_outputs", n.extra_outputs}, {"main", desc_json(n.main_desc)},
               {"tactic", graph::tactic_json(n.tactic)}};
     if (n.quantized()) e["folded_dequantize"] = n.folded_dequantize;
     auto& ep = e["epilogue"] = json::array();
@@ -354,6 +354,7 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
       n.params = params_of(e.at("layer").get<std::string>(), e.at("params"));
       n.inputs = e.at("inputs").get<std::vector<int>>();
       n.output = e.at("output").get<int>();
+      n.extra_outputs = e.at("extra_outputs").get<std::vector<int>>();
       n.main_desc = desc_of(e.at("main"));
       n.tactic = graph::tactic_of(e.at("tactic"));
       if (e.contains("folded_dequantize")) {

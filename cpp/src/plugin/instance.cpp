@@ -202,7 +202,7 @@ PluginCall plan_plugin_call(const PluginInstance& plugin, int backend_bit, std::
   c.workspace = up(c.plugin_workspace);
   c.offsets.assign(c.outputs.size(), 0);
   for (std::size_t k = 0; k < c.outputs.size(); ++k) {
-    if (static_cast<int>(k) == keep) continue;
+    if (keep < 0 || static_cast<int>(k) == keep) continue;
     c.offsets[k] = c.workspace;
     c.workspace += up(static_cast<std::uint64_t>(c.outputs[k].dims.volume()) * element_size(c.outputs[k].type));
   }

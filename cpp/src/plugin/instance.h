@@ -58,13 +58,14 @@ class PluginInstance {
   int num_outputs_ = 0;
 };
 
-// One call of a plugin node that keeps output `keep` (the others are scratch): every output's
-// description at inputs `in`, and the node's workspace — the plugin's own scratch first, then
-// each other output, each at a multiple of `align`.
+// One call of a plugin node that keeps output `keep` (the others are scratch), or all of them
+// (keep < 0: a node with every output): every output's description at inputs `in`, and the
+// node's workspace — the plugin's own scratch first, then each output not kept, each at a
+// multiple of `align`.
 struct PluginCall {
   std::vector<PluginTensorDesc> outputs;
   std::uint64_t plugin_workspace = 0;
-  std::vector<std::uint64_t> offsets;  // per output: its place in the workspace (unused for `keep`)
+  std::vector<std::uint64_t> offsets;  // per output: its place in the workspace (unused for `keep`, or all where keep < 0)
   std::uint64_t workspace = 0;         // total bytes
 };
 PluginCall plan_plugin_call(const PluginInstance& plugin, int backend_bit, std::span<const PluginTensorDesc> in, int keep,

@@ -196,6 +196,7 @@ std::vector<LayerInfo> Engine::layers() const {
     l.tactic = graph::describe(n.tactic);
     for (int v : n.all_inputs()) l.inputs.push_back(g.values[static_cast<std::size_t>(v)].name);
     l.output = g.values[static_cast<std::size_t>(n.output)].name;
+    for (int v : n.outputs()) l.outputs.push_back(g.values[static_cast<std::size_t>(v)].name);
     l.output_layout = std::string(graph::layout_name(g.values[static_cast<std::size_t>(n.output)].layout));
     out.push_back(std::move(l));
   }
@@ -306,13 +307,14 @@ struct Execution::State {
     }
     // Each node's scratch at these shapes must fit what was planned at the profile's max (a
     // kernel's need may not shrink with its shapes: a plugin's workspace_size, say).
-    std::vector<backends::Buffer> in;
+    std::vector<backends::Buffer> in, out;
     for (std::size_t n = 0; n < p.graph.nodes.size(); ++n) {
       const auto& node = p.graph.nodes[n];
       in.clear();
+      out.clear();
       for (int v : node.all_inputs()) in.push_back({nullptr, shapes[static_cast<std::size_t>(v)].type, shapes[static_cast<std::size_t>(v)].dims});
-      const auto& o = shapes[static_cast<std::size_t>(node.output)];
-      const auto need = engine.state_->kernels[n]->workspace_bytes(in, {nullptr, o.type, o.dims});
+      for (int v : node.outputs()) out.push_back({nullptr, shapes[static_cast<std::size_t>(v)].type, shapes[static_cast<std::size_t>(v)].dims});
+      const auto need = engine.state_->kernels[n]->workspace_bytes(in, out);
       if (need > p.workspace_bytes)
         throw InvalidArgument("[execution] layer '" + node.name + "' needs " + std::to_string(need) +
                               " bytes of scratch at these input shapes, more than the " + std::to_string(p.workspace_bytes) +
@@ -508,10 +510,10 @@ void Execution::run_nodes(void* stream, Profiler* profiler) {
   }
   void* workspace = s.arena + align_up(p.memory.arena_bytes);
   const auto& kernels = s.engine.state_->kernels;
-  std::vector<backends::Buffer> in;
+  std::vector<backends::Buffer> in, out;
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     const auto& node = g.nodes[n];
-    auto o = static_cast<std::size_t>(node.output);
+    auto o = static_cast<std::size_t>(node.output);  // a host-computed shape tensor: one output
     if (device && !s.host_bytes[o].empty()) {
       // A shape tensor the host computed: its bytes, not a kernel.
       if (ptr[o]) backend.copy(ptr[o], s.host_bytes[o].data(), s.host_bytes[o].size(), backends::CopyKind::kHostToDevice, stream);
@@ -521,7 +523,12 @@ void Execution::run_nodes(void* stream, Profiler* profiler) {
         auto u = static_cast<std::size_t>(v);
         in.push_back({ptr[u], s.shapes[u].type, s.shapes[u].dims, s.values[u] ? &*s.values[u] : nullptr});
       }
-      kernels[n]->run(in, {ptr[o], s.shapes[o].type, s.shapes[o].dims}, workspace, stream);
+      out.clear();
+      for (int v : node.outputs()) {
+        auto u = static_cast<std::size_t>(v);
+        out.push_back({ptr[u], s.shapes[u].type, s.shapes[u].dims});
+      }
+      kernels[n]->run(in, out, workspace, stream);
     }
     if (profiler) profiler->timeline.mark();
   }

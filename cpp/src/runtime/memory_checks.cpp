@@ -45,15 +45,16 @@ void check_memory_plan(const plan::Plan& plan, std::span<const std::unique_ptr<b
                   std::to_string(laid_end_to_end) + " bytes)");
   if (plan.workspace_bytes > kMaxEngineMemory - laid_end_to_end)
     throw corrupt("its workspace of " + std::to_string(plan.workspace_bytes) + " bytes is more than any device holds");
-  std::vector<Buffer> in;
+  std::vector<Buffer> in, out;
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     const auto& node = g.nodes[n];
     in.clear();
+    out.clear();
     for (int v : node.all_inputs()) in.push_back({nullptr, at_max[static_cast<std::size_t>(v)].type, at_max[static_cast<std::size_t>(v)].dims});
-    const auto& o = at_max[static_cast<std::size_t>(node.output)];
+    for (int v : node.outputs()) out.push_back({nullptr, at_max[static_cast<std::size_t>(v)].type, at_max[static_cast<std::size_t>(v)].dims});
     std::uint64_t need = 0;
     try {
-      need = kernels[n]->workspace_bytes(in, {nullptr, o.type, o.dims});
+      need = kernels[n]->workspace_bytes(in, out);
     } catch (const std::exception& e) {
       throw corrupt("layer '" + node.name + "' cannot size its scratch at the profile's max (" + e.what() + ")");
     }

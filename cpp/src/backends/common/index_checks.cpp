@@ -193,10 +193,13 @@ ShuffleShape check_shuffle(const Fail& fail, const ShuffleParams& p, const Tenso
   return s;
 }
 
-TopKShape check_topk(const Fail& fail, const TopKParams& p, const TensorRef& x, const TensorRef& out) {
+TopKShape check_topk(const Fail& fail, const TopKParams& p, const TensorRef& x, const TensorRef* values,
+                     const TensorRef* indices) {
   TopKShape t;
   checked_volume(fail, x, "topk", "the input");
-  t.m = checked_volume(fail, out, "topk", "the output");
+  if (!values && !indices) fail("topk: no output to write");
+  for (const TensorRef* out : {values, indices})
+    if (out) t.m = checked_volume(fail, *out, "topk", out == values ? "the values" : "the indices");
   const int r = x.dims.rank();
   if (p.axes == 0 || (p.axes & (p.axes - 1)) != 0 || r < 1 || p.axes >= (1u << r))
     fail("topk: axes " + std::to_string(p.axes) + " must set one bit below the input's rank " + std::to_string(r));
@@ -205,12 +208,13 @@ TopKShape check_topk(const Fail& fail, const TopKParams& p, const TensorRef& x, 
   t.k = p.k;
   Dims expect = x.dims;
   expect[t.axis] = t.k;
-  const bool want_values = p.output != 1;
-  if (p.output != 0 && p.output != 1) fail("topk: the kernel computes one output (0 or 1)");
   if (t.k < 1 || t.k > t.n) fail("topk: k " + num(t.k) + " is outside [1, " + num(t.n) + "] for input " + desc(x));
-  const DataType out_type = want_values ? x.type : DataType::kINT32;
-  if (!(out.dims == expect) || out.type != out_type)
-    fail("topk: output " + desc(out) + " should be " + tn(out_type) + expect.str() + " for input " + desc(x));
+  for (const TensorRef* out : {values, indices}) {
+    if (!out) continue;
+    const DataType out_type = out == values ? x.type : DataType::kINT32;
+    if (!(out->dims == expect) || out->type != out_type)
+      fail("topk: output " + desc(*out) + " should be " + tn(out_type) + expect.str() + " for input " + desc(x));
+  }
   if (t.n > INT32_MAX) fail("topk: dimension " + num(t.n) + " does not fit int32 indices");
   return t;
 }

@@ -44,7 +44,9 @@ struct TopKShape {
   int axis = 0;
   i64 n = 0, k = 0;
 };
-TopKShape check_topk(const Fail& fail, const TopKParams& p, const TensorRef& x, const TensorRef& out);
+// `values` and `indices`: the outputs a kernel writes (null: not this one; one at least).
+TopKShape check_topk(const Fail& fail, const TopKParams& p, const TensorRef& x, const TensorRef* values,
+                     const TensorRef* indices);
 
 // A resize's checks (the output's dims from output_dims or the scales); returns the output's
 // volume. Past it, when that is not 0, no input dim is empty.

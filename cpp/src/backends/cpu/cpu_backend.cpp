@@ -60,8 +60,8 @@ class CpuNodeKernel final : public NodeKernel {
   // oneDNN does not run falls back), then the epilogue passes' intermediate results: two
   // buffers they alternate between, one when the epilogue has a single op (the main result
   // goes there and the op's pass writes the output).
-  std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
-    std::size_t main_ws = main_workspace(in);
+  std::size_t workspace_bytes(std::span<const Buffer> in, std::span<const Buffer> outs) const override {
+    std::size_t main_ws = main_workspace(in, outs.subspan(1));
     std::size_t accel_ws = 0;
     if (accel_ && accel_->fits(in, chain_main(in).dims, accel_ws)) main_ws = std::max(main_ws, accel_ws);
     if (node_.epilogue.empty()) return align_up(main_ws);
@@ -71,8 +71,10 @@ class CpuNodeKernel final : public NodeKernel {
     return align_up(main_ws) + (node_.epilogue.size() > 1 ? 2 : 1) * align_up(biggest);
   }
 
-  void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void*) const override {
+  void run(std::span<const Buffer> in, std::span<const Buffer> outs, void* workspace, void*) const override {
     cpu::ThreadScope threads;
+    const Buffer& out = outs[0];
+    const auto extra = outs.subspan(1);  // a multi-output node's others (no epilogue)
     auto* ws = static_cast<std::byte*>(workspace);
     // oneDNN runs the main op and the first `done` epilogue ops as one primitive.
     std::size_t done = 0, accel_ws = 0;
@@ -80,18 +82,18 @@ class CpuNodeKernel final : public NodeKernel {
     if (accel) done = accel_->fused();
     if (node_.epilogue.size() == done) {
       if (accel) accel_->run(in, chain_main(in).dims, out, ws);
-      else run_main(in, out, ws);
+      else run_main(in, out, ws, extra);
       return;
     }
     auto descs = chain(in);
-    std::size_t main_ws = std::max(main_workspace(in), accel_ws);
+    std::size_t main_ws = std::max(main_workspace(in, extra), accel_ws);
     std::size_t biggest = 0;
     for (std::size_t i = 0; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i], descs[i].dims));
     std::byte* scratch[2] = {ws + align_up(main_ws), ws + align_up(main_ws) + align_up(biggest)};
     int slot = 0;  // the scratch buffer holding `cur`; each pass writes the other
     Buffer cur{scratch[slot], descs[done].type, descs[done].dims};
     if (accel) accel_->run(in, descs[0].dims, cur, ws);
-    else run_main(in, cur, ws);
+    else run_main(in, cur, ws, extra);
     std::size_t k = node_.inputs.size();
     for (std::size_t i = 0; i < done; ++i)
       if (node_.epilogue[i].operand >= 0) ++k;
@@ -119,11 +121,11 @@ class CpuNodeKernel final : public NodeKernel {
 
  private:
   // Scratch of the node's own op (before the epilogue), at these input shapes.
-  std::size_t main_workspace(std::span<const Buffer> in) const {
+  std::size_t main_workspace(std::span<const Buffer> in, std::span<const Buffer> extra) const {
     const graph::TensorDesc out = chain_main(in);
     if (!op_ || !op_->workspace) return 0;
     const Buffer o{nullptr, out.type, out.dims};
-    return op_->workspace(cpu::OpCall{node_, state_.get(), in, o, nullptr});
+    return op_->workspace(cpu::OpCall{node_, state_.get(), in, o, nullptr, extra});
   }
 
   graph::TensorDesc chain_main(std::span<const Buffer> in) const {
@@ -132,9 +134,9 @@ class CpuNodeKernel final : public NodeKernel {
     return graph::infer_main(node_, main_in, facts_);
   }
 
-  void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws) const {
+  void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, std::span<const Buffer> extra) const {
     if (!op_ || !op_->run) throw BuildError("[cpu] node '" + node_.name + "': no kernel for this layer type");
-    op_->run(cpu::OpCall{node_, state_.get(), in, out, ws});
+    op_->run(cpu::OpCall{node_, state_.get(), in, out, ws, extra});
   }
 
   graph::Node node_;
@@ -327,12 +329,15 @@ namespace {
 void run_on_host(const graph::Graph& g, const graph::Node& n, std::span<const Buffer> in, const Buffer& out) {
   graph::Node host = n;
   host.tactic = graph::Tactic();
+  if (!n.extra_outputs.empty())
+    throw BuildError("[cpu] layer '" + n.name + "' has several outputs; it is not evaluated on the host");
   auto kernel = cpu_backend().instantiate(g, host);
-  std::vector<std::byte> ws(kernel->workspace_bytes(in, out) + kAlign);
+  const std::span<const Buffer> outs(&out, 1);
+  std::vector<std::byte> ws(kernel->workspace_bytes(in, outs) + kAlign);
   void* wsp = ws.data();
   std::size_t space = ws.size();
   std::align(kAlign, 1, wsp, space);
-  kernel->run(in, out, wsp, nullptr);
+  kernel->run(in, outs, wsp, nullptr);
 }
 
 }  // namespace
@@ -378,7 +383,7 @@ Weights evaluate_constant_node(const graph::Graph& g, const graph::Node& n) {
   auto count = outv.desc.dims.volume();
   std::vector<std::byte> data(static_cast<std::size_t>(count) * element_size(outv.desc.type) + 1);
   Buffer out{data.data(), outv.desc.type, outv.desc.dims};
-  run_on_host(g, n, in, out);
+  run_on_host(g, n, in, out);  // (constant folding leaves multi-output nodes alone)
   return Weights::copy_of(outv.desc.type, data.data(), count);
 }
 

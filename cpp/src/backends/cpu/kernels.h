@@ -123,8 +123,8 @@ void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, cons
 void softmax(int axis, const TensorRef& x, const TensorRef& out);
 
 // ops/topk.cpp
-// One output of topk (p.output 0: values, 1: int32 indices); see TopKParams.
-void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out);
+// topk's values and/or int32 indices (null: not written; one at least), in one pass; see TopKParams.
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef* values, const TensorRef* indices);
 
 // ops/unary.cpp
 // All 25 operations; ROUND rounds half to even; SIGN of 0 is 0; NOT on bool; ISINF/ISNAN give bool.

@@ -33,6 +33,9 @@ struct OpCall {
   std::span<const backends::Buffer> in;  // the node's inputs, then its epilogue operands
   const backends::Buffer& out;           // the op's result; its data is null while only sizing
   std::byte* workspace;                  // the op's scratch; null while only sizing
+  // A multi-output node's outputs 1.. (topk, a plugin: their `output` -1), written in the same
+  // run as `out`; empty otherwise.
+  std::span<const backends::Buffer> extra_out = {};
 };
 
 struct OpKernel {

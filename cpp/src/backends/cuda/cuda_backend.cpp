@@ -150,7 +150,8 @@ class CudaBackend final : public Device {
     probe.tactic = tactic;
     std::vector<Buffer> in;
     for (const auto& d : q.max_inputs) in.push_back({nullptr, d.type, d.dims});
-    return instantiate(g, probe)->workspace_bytes(in, {nullptr, q.max_output.type, q.max_output.dims});
+    const Buffer out{nullptr, q.max_output.type, q.max_output.dims};  // matrix multiplies, convolutions, reduces: one output
+    return instantiate(g, probe)->workspace_bytes(in, std::span<const Buffer>(&out, 1));
   }
 
  private:

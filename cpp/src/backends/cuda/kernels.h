@@ -135,8 +135,8 @@ void slice(const SliceParams& p, const TensorRef& x, const TensorRef* fill, cons
 void softmax(int axis, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 
 // ops/topk.cu
-// One output of topk (p.output 0: values, 1: int32 indices).
-void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+// topk's values and/or int32 indices (null: not written; one at least), in one kernel.
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef* values, const TensorRef* indices, cudaStream_t stream);
 
 // ops/unary.cu
 void unary(UnaryOperation op, const TensorRef& x, const TensorRef& out, cudaStream_t stream);

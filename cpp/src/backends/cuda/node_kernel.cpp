@@ -87,18 +87,18 @@ class CudaNodeKernel final : public NodeKernel {
   }
 
   // Scratch of the node's own op at these shapes (`main` describes its result).
-  std::size_t main_workspace(std::span<const Buffer> in, const graph::TensorDesc& main) const {
+  std::size_t main_workspace(std::span<const Buffer> in, const graph::TensorDesc& main, std::span<const Buffer> extra) const {
     if (!op_ || !op_->workspace) return 0;
     const Buffer o{nullptr, main.type, main.dims};
-    return op_->workspace(cuda::OpCall{node_, state_.get(), in, o, nullptr, nullptr});
+    return op_->workspace(cuda::OpCall{node_, state_.get(), in, o, nullptr, nullptr, extra});
   }
 
   // The node's own scratch, then the epilogue passes' intermediate results: two buffers that
   // the passes alternate between, one when a single pass reads the main result and writes the
   // output.
-  std::size_t workspace_bytes(std::span<const Buffer> in, const Buffer&) const override {
+  std::size_t workspace_bytes(std::span<const Buffer> in, std::span<const Buffer> outs) const override {
     auto descs = chain(in);
-    const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
+    const std::size_t main_ws = align_up(main_workspace(in, descs[0], outs.subspan(1)));
     if (node_.epilogue.size() == fused_) return main_ws;
     std::size_t biggest = 0;
     for (std::size_t i = fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
@@ -134,10 +134,11 @@ class CudaNodeKernel final : public NodeKernel {
     return sum && sum->op == ElementWiseOperation::kSUM && relu && relu->type == ActivationType::kRELU;
   }
 
-  void run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const override;
+  void run(std::span<const Buffer> in, std::span<const Buffer> outs, void* workspace, void* stream) const override;
 
  private:
-  void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const;
+  void run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s,
+                std::span<const Buffer> extra = {}) const;
 
   const Device& device_;
   graph::Node node_;
@@ -168,18 +169,19 @@ CudaNodeKernel::CudaNodeKernel(const Device& device, const graph::Graph& g, cons
   }
 }
 
-void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* workspace, void* stream) const {
+void CudaNodeKernel::run(std::span<const Buffer> in, std::span<const Buffer> outs, void* workspace, void* stream) const {
   DeviceGuard guard(device_.index());
   auto* ws = static_cast<std::byte*>(workspace);
   const cudaStream_t s = as_stream(stream);
+  const Buffer& out = outs[0];
   if (node_.epilogue.size() == fused_) {
-    run_main(in, out, ws, s);
+    run_main(in, out, ws, s, outs.subspan(1));  // a multi-output node's others: no epilogue
     return;
   }
   auto descs = chain(in);
   std::size_t biggest = 0;
   for (std::size_t i = fused_; i + 1 < descs.size(); ++i) biggest = std::max(biggest, bytes_of(descs[i]));
-  const std::size_t main_ws = align_up(main_workspace(in, descs[0]));
+  const std::size_t main_ws = align_up(main_workspace(in, descs[0], {}));
   std::byte* scratch[2] = {ws + main_ws, ws + main_ws + align_up(biggest)};
   const std::size_t done = fused_;
   int slot = 0;  // the scratch buffer holding `cur`; each pass writes the other
@@ -236,11 +238,12 @@ void CudaNodeKernel::run(std::span<const Buffer> in, const Buffer& out, void* wo
   }
 }
 
-void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s) const {
+void CudaNodeKernel::run_main(std::span<const Buffer> in, const Buffer& out, std::byte* ws, cudaStream_t s,
+                              std::span<const Buffer> extra) const {
   if (!op_ || !op_->run)
     throw UnsupportedError("[cuda] node '" + node_.name + "': no CUDA kernel for layer type " +
                            std::string(layer_type_name(node_.type())));
-  op_->run(cuda::OpCall{node_, state_.get(), in, out, ws, s});
+  op_->run(cuda::OpCall{node_, state_.get(), in, out, ws, s, extra});
 }
 
 }  // namespace

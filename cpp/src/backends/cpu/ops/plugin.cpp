@@ -1,5 +1,5 @@
-// The CPU backend's plugin layer: the plugin's own CPU entry point (plugin/instance.h), with
-// its scratch and the outputs the node does not keep in the node's workspace
+// The CPU backend's plugin layer: the plugin's own CPU entry point (plugin/instance.h), called
+// once per run for all the node's outputs, with its scratch in the node's workspace
 // (backends/plugin_node.h).
 #include <algorithm>
 #include <cstddef>
@@ -18,15 +18,14 @@ extern const OpKernel kPluginKernel = {
       std::size_t bytes = 0;
       backends::with_prefix("[cpu] layer '" + c.node.name + "': ", [&] {
         bytes = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CPU, backends::plugin_descs(c.in, c.node.inputs.size()),
-                                 std::max(p.output, 0), kAlign).workspace;
+                                 p.output, kAlign).workspace;
       });
       return bytes;
     },
-    // All the plugin's outputs are written, the ones this node does not keep into the workspace
-    // after the plugin's own scratch.
     [](const OpCall& c) {
       const auto& p = std::get<PluginParams>(c.node.params);
-      backends::run_plugin_node("cpu", c.node, p, TENSORACLE_BACKEND_CPU, kAlign, c.in, c.out, c.workspace,
+      backends::run_plugin_node("cpu", c.node, p, TENSORACLE_BACKEND_CPU, kAlign, c.in,
+                                backends::node_outputs(c.out, c.extra_out), c.workspace,
                                 [&](auto... args) { p.plugin->enqueue_cpu(args...); });
     }};
 

@@ -1,5 +1,5 @@
-// The CPU backend's topk (kernels.h): one output (values or int32 indices) per call, in a stable
-// order.
+// The CPU backend's topk (kernels.h): the values and/or the int32 indices in one pass, in a
+// stable order.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -47,11 +47,10 @@ struct TopKOrder {
 
 // ---- topk -------------------------------------------------------------------------------
 
-void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out) {
-  const backends::common::TopKShape shape = backends::common::check_topk(detail::kFail, p, x, out);
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef* values, const TensorRef* indices) {
+  const backends::common::TopKShape shape = backends::common::check_topk(detail::kFail, p, x, values, indices);
   const i64 m = shape.m, n = shape.n, k = shape.k;
   const int r = x.dims.rank(), axis = shape.axis;
-  const bool want_indices = p.output != 0;
   if (m == 0) return;
   const i64 outer = prod(x.dims, 0, axis), inner = prod(x.dims, axis + 1, r);
   const bool max = p.op == TopKOperation::kMAX;
@@ -70,14 +69,15 @@ void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out) {
             }
             std::partial_sort(order.begin(), order.begin() + k, order.end(), TopKOrder<Key>{keys.data(), max});
             const i64 obase = o * k * inner + i;
-            if (want_indices) {
-              auto* y = static_cast<std::int32_t*>(out.data);
+            if (indices) {
+              auto* y = static_cast<std::int32_t*>(indices->data);
               for (i64 j = 0; j < k; ++j) y[obase + j * inner] = order[static_cast<std::size_t>(j)];
-            } else {
+            }
+            if (values) {
               by_size(element_size(x.type), "topk", [&](auto tag) {
                 using T = decltype(tag);
                 const T* src = static_cast<const T*>(x.data);
-                T* y = static_cast<T*>(out.data);
+                T* y = static_cast<T*>(values->data);
                 for (i64 j = 0; j < k; ++j) y[obase + j * inner] = src[base + order[static_cast<std::size_t>(j)] * inner];
               });
             }
@@ -103,9 +103,14 @@ void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out) {
 
 namespace ops {
 
-extern const OpKernel kTopkKernel = {
-    LayerType::kTOPK, nullptr, nullptr,
-    [](const OpCall& c) { topk(std::get<TopKParams>(c.node.params), ref(c.in[0]), ref(c.out)); }};
+// `output` 0: values; 1: indices; -1: both in one pass, the indices in extra_out[0].
+extern const OpKernel kTopkKernel = {LayerType::kTOPK, nullptr, nullptr, [](const OpCall& c) {
+      const auto& p = std::get<TopKParams>(c.node.params);
+      const TensorRef out = ref(c.out);
+      const TensorRef more = c.extra_out.empty() ? TensorRef{} : ref(c.extra_out[0]);
+      if (p.output < 0 && c.extra_out.size() != 1) fail("topk: both outputs need two buffers");
+      topk(p, ref(c.in[0]), p.output == 1 ? nullptr : &out, p.output == 1 ? &out : p.output == 0 ? nullptr : &more);
+    }};
 
 }  // namespace ops
 

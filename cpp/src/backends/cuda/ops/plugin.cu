@@ -1,6 +1,6 @@
 // The CUDA backend's plugin layer: the plugin's own CUDA entry point (plugin/instance.h) on the
-// execution's stream, with device pointers; its scratch and the outputs the node does not keep
-// go into the node's workspace (backends/plugin_node.h).
+// execution's stream, with device pointers, called once per run for all the node's outputs; its
+// scratch goes into the node's workspace (backends/plugin_node.h).
 #include <algorithm>
 #include <cstddef>
 #include <string>
@@ -19,13 +19,14 @@ extern const OpKernel kPluginKernel = {
       std::size_t bytes = 0;
       backends::with_prefix("[cuda] layer '" + c.node.name + "': ", [&] {
         bytes = plan_plugin_call(*p.plugin, TENSORACLE_BACKEND_CUDA, backends::plugin_descs(c.in, c.node.inputs.size()),
-                                 std::max(p.output, 0), kAlign).workspace;
+                                 p.output, kAlign).workspace;
       });
       return bytes;
     },
     [](const OpCall& c) {
       const auto& p = std::get<PluginParams>(c.node.params);
-      backends::run_plugin_node("cuda", c.node, p, TENSORACLE_BACKEND_CUDA, kAlign, c.in, c.out, c.workspace,
+      backends::run_plugin_node("cuda", c.node, p, TENSORACLE_BACKEND_CUDA, kAlign, c.in,
+                                backends::node_outputs(c.out, c.extra_out), c.workspace,
                                 [&](auto... args) { p.plugin->enqueue_cuda(args..., static_cast<void*>(c.stream)); });
     }};
 

@@ -111,11 +111,12 @@ __device__ void topk_flush(V* v, std::uint32_t* ix, int P, int count) {
 }
 
 // One block per slice (outer index, inner index): n elements at stride `inner`. Writes the
-// first k of the order: values (raw copies) or int32 indices.
+// first k of the order: values (raw copies) and/or int32 indices (where not null).
 template <class K>
-__global__ void __launch_bounds__(kMaxBlock) topk_kernel(const typename K::T* __restrict__ x, void* __restrict__ out,
-                                                         i64 slices, i64 n, i64 inner, int k, int P, bool min,
-                                                         bool want_indices) {
+__global__ void __launch_bounds__(kMaxBlock) topk_kernel(const typename K::T* __restrict__ x,
+                                                         typename K::T* __restrict__ values,
+                                                         std::int32_t* __restrict__ indices, i64 slices, i64 n,
+                                                         i64 inner, int k, int P, bool min) {
   using V = typename K::V;
   extern __shared__ __align__(8) unsigned char topk_smem[];
   V* v = reinterpret_cast<V*>(topk_smem);
@@ -159,13 +160,10 @@ __global__ void __launch_bounds__(kMaxBlock) topk_kernel(const typename K::T* __
       }
     }
     const i64 obase = o * k * inner + i;
-    if (want_indices) {
-      auto* y = static_cast<std::int32_t*>(out);
-      for (int j = tid; j < k; j += T) y[obase + j * inner] = static_cast<std::int32_t>(ix[j]);
-    } else {
-      auto* y = static_cast<typename K::T*>(out);
-      for (int j = tid; j < k; j += T) y[obase + j * inner] = x[base + static_cast<i64>(ix[j]) * inner];
-    }
+    if (indices)
+      for (int j = tid; j < k; j += T) indices[obase + j * inner] = static_cast<std::int32_t>(ix[j]);
+    if (values)
+      for (int j = tid; j < k; j += T) values[obase + j * inner] = x[base + static_cast<i64>(ix[j]) * inner];
     __syncthreads();  // the next slice reuses the shared memory
   }
 }
@@ -174,8 +172,8 @@ __global__ void __launch_bounds__(kMaxBlock) topk_kernel(const typename K::T* __
 constexpr i64 kTopKMax = 4096;
 
 template <class K>
-void run_topk(const TensorRef& x, const TensorRef& out, i64 slices, i64 n, i64 inner, int k, bool min,
-              bool want_indices, cudaStream_t stream) {
+void run_topk(const TensorRef& x, const TensorRef* values, const TensorRef* indices, i64 slices, i64 n, i64 inner, int k,
+              bool min, cudaStream_t stream) {
   using V = typename K::V;
   // P: a power of two >= k; at least 1024 (or n) so that long rows stream in large chunks.
   const i64 want = std::max<i64>(k, std::min<i64>(n, 1024));
@@ -186,18 +184,18 @@ void run_topk(const TensorRef& x, const TensorRef& out, i64 slices, i64 n, i64 i
   if (smem > 48 * 1024)
     dev::check(cudaFuncSetAttribute(topk_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                "topk: shared memory of " + std::to_string(smem) + " bytes");
-  topk_kernel<K><<<grid_for(slices), threads, smem, stream>>>(static_cast<const typename K::T*>(x.data), out.data,
-                                                              slices, n, inner, k, P, min, want_indices);
+  topk_kernel<K><<<grid_for(slices), threads, smem, stream>>>(
+      static_cast<const typename K::T*>(x.data), values ? static_cast<typename K::T*>(values->data) : nullptr,
+      indices ? static_cast<std::int32_t*>(indices->data) : nullptr, slices, n, inner, k, P, min);
   dev::check_launch("topk");
 }
 
 }  // namespace
 
-void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream) {
-  const backends::common::TopKShape shape = backends::common::check_topk(dev::kFail, p, x, out);
+void topk(const TopKParams& p, const TensorRef& x, const TensorRef* values, const TensorRef* indices, cudaStream_t stream) {
+  const backends::common::TopKShape shape = backends::common::check_topk(dev::kFail, p, x, values, indices);
   const i64 m = shape.m, n = shape.n, k = shape.k;
   const int r = x.dims.rank(), axis = shape.axis;
-  const bool want_values = p.output != 1;
   if (m == 0) return;
   i64 outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= x.dims[d];
@@ -207,7 +205,7 @@ void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStr
     using K = decltype(key);
     if (k > kTopKMax)
       dev::unsupported("topk: k " + std::to_string(k) + " is above " + std::to_string(kTopKMax));
-    run_topk<K>(x, out, outer * inner, n, inner, static_cast<int>(k), min, !want_values, stream);
+    run_topk<K>(x, values, indices, outer * inner, n, inner, static_cast<int>(k), min, stream);
   };
   switch (x.type) {
     case DataType::kFLOAT: launch(FloatKey<F32>{}); break;
@@ -223,8 +221,14 @@ void topk(const TopKParams& p, const TensorRef& x, const TensorRef& out, cudaStr
 
 namespace ops {
 
+// `output` 0: values; 1: indices; -1: both in one kernel, the indices in extra_out[0].
 extern const OpKernel kTopkKernel = {LayerType::kTOPK, nullptr, nullptr, [](const OpCall& c) {
-      topk(std::get<TopKParams>(c.node.params), ref(c.in[0]), ref(c.out), c.stream);
+      const auto& p = std::get<TopKParams>(c.node.params);
+      const TensorRef out = ref(c.out);
+      const TensorRef more = c.extra_out.empty() ? TensorRef{} : ref(c.extra_out[0]);
+      if (p.output < 0 && c.extra_out.size() != 1) fail("topk: both outputs need two buffers");
+      topk(p, ref(c.in[0]), p.output == 1 ? nullptr : &out, p.output == 1 ? &out : p.output == 0 ? nullptr : &more,
+           c.stream);
     }};
 
 }  // namespace ops
