@@ -52,11 +52,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(t.kernel != graph::kCudnnConvKernel);
     return 0;
   }
-  const std::size_t r = c->x.size();
-  check((r == 4 || r == 5) && c->w.size() == r && c->y.size() == r && c->stride.size() == r - 2 &&
-        c->dilation.size() == r - 2 && c->pre.size() == r - 2 && c->post.size() == r - 2);
-  check(c->channels_last == 0 ||
-        (!c->accumulate && c->w[1] == c->x[1] && c->channels_last >= c->x[1] && c->channels_last < c->x[1] + 8));
+  const std::size_t r = c->problem.x.size();
+  check((r == 4 || r == 5) && c->problem.w.size() == r && c->problem.y.size() == r && c->problem.stride.size() == r - 2 &&
+        c->problem.dilation.size() == r - 2 && c->problem.pre.size() == r - 2 && c->problem.post.size() == r - 2);
+  check(c->problem.channels_last == 0 ||
+        (!c->problem.accumulate && c->problem.w[1] == c->problem.x[1] && c->problem.channels_last >= c->problem.x[1] && c->problem.channels_last < c->problem.x[1] + 8));
   cuda::CudnnTactic ct;
   if (!cuda::from_tactic(t, ct)) {
     check(!c->engine);  // only the direct kernel's may be refused: for a problem it does not run

@@ -176,8 +176,8 @@ TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
           ASSERT_NEAR(fb[i], ref[i], tol * (1 + std::fabs(ref[i]))) << what << " (fallback) at " << i;
         // An engine built before the bias pass: the bias written into y first, cuDNN accumulating.
         if (c.bias) {
-          ASSERT_FALSE(std::get<graph::CudnnConvConfig>(built.config).accumulate) << tactic;
-          pl.graph.nodes[ci].tactic = edited([](graph::CudnnConvConfig& cfg) { cfg.accumulate = true; });
+          ASSERT_FALSE(std::get<graph::CudnnConvConfig>(built.config).problem.accumulate) << tactic;
+          pl.graph.nodes[ci].tactic = edited([](graph::CudnnConvConfig& cfg) { cfg.problem.accumulate = true; });
           auto old = Engine::deserialize(plan::write_engine(pl)).create_execution().run({{"x", {t, c.x, xp}}});
           const std::vector<float> ov = floats(old.at("y"));
           for (std::size_t i = 0; i < got.size(); ++i)
@@ -185,10 +185,10 @@ TEST(Cuda, CudnnConvolutionsMatchTheCpuBackend) {
         }
         // Padding after described as symmetric (the least the last window needs is 0 here); an
         // engine that stored the least describes the same problem and runs the same plan.
-        const auto& cfg = std::get<graph::CudnnConvConfig>(built.config);
+        const auto& cfg = std::get<graph::CudnnConvConfig>(built.config).problem;
         if (cfg.stride == std::vector<std::int64_t>{2, 2} && cfg.dilation == std::vector<std::int64_t>{1, 1} &&
             cfg.pre == std::vector<std::int64_t>{1, 1} && cfg.post == std::vector<std::int64_t>{1, 1}) {
-          pl.graph.nodes[ci].tactic = edited([](graph::CudnnConvConfig& c2) { c2.post = {0, 0}; });
+          pl.graph.nodes[ci].tactic = edited([](graph::CudnnConvConfig& c2) { c2.problem.post = {0, 0}; });
           auto least = Engine::deserialize(plan::write_engine(pl)).create_execution().run({{"x", {t, c.x, xp}}});
           const std::vector<float> lv = floats(least.at("y"));
           for (std::size_t i = 0; i < got.size(); ++i)

@@ -95,7 +95,8 @@ CublasLtConfig cublaslt_of(const json& j) {
 CudnnConvConfig cudnn_of(const json& j) {
   exact_keys(j, {"kernel", "type", "x", "w", "y", "stride", "dilation", "pre", "post", "accumulate", "channels_last",
                  "engine", "knobs", "workspace"});
-  CudnnConvConfig c;
+  CudnnConvConfig config;
+  ConvProblem& c = config.problem;
   const auto type = parse_type(text(j, "type"));
   if (!type || (*type != DataType::kFLOAT && *type != DataType::kHALF && *type != DataType::kBF16))
     bad("whose type is not float32, float16 or bfloat16");
@@ -121,19 +122,19 @@ CudnnConvConfig cudnn_of(const json& j) {
   if (engine.is_string()) {
     if (engine.get_ref<const std::string&>() != "direct") bad("whose engine is neither an index nor \"direct\"");
   } else {
-    c.engine = integer(j, "engine", 0, std::numeric_limits<std::int64_t>::max());
+    config.engine = integer(j, "engine", 0, std::numeric_limits<std::int64_t>::max());
   }
   const json& knobs = j.at("knobs");
   if (!knobs.is_array() || knobs.size() > 64) bad("whose knobs are not a list of at most 64 pairs");
   for (const auto& k : knobs) {
     if (!k.is_array() || k.size() != 2) bad("whose knobs are not [type, value] pairs");
     const json pair = {{"type", k[0]}, {"value", k[1]}};
-    c.knobs.emplace_back(static_cast<int>(integer(pair, "type", 0, std::numeric_limits<int>::max())),
+    config.knobs.emplace_back(static_cast<int>(integer(pair, "type", 0, std::numeric_limits<int>::max())),
                          integer(pair, "value", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()));
   }
-  if (!c.engine && !c.knobs.empty()) bad("for the direct kernel with cuDNN knobs");
-  c.workspace = unsigned_integer(j.at("workspace"), "workspace");
-  return c;
+  if (!config.engine && !config.knobs.empty()) bad("for the direct kernel with cuDNN knobs");
+  config.workspace = unsigned_integer(j.at("workspace"), "workspace");
+  return config;
 }
 
 std::string join(const std::vector<std::int64_t>& v) {
@@ -162,16 +163,16 @@ json tactic_json(const Tactic& t) {
   } else if (const auto* f = std::get_if<FusedFp8GemmConfig>(&t.config)) {
     j["epilogue_ops"] = f->epilogue_ops;
   } else if (const auto* d = std::get_if<CudnnConvConfig>(&t.config)) {
-    j["type"] = type_name(d->type);
-    j["x"] = d->x;
-    j["w"] = d->w;
-    j["y"] = d->y;
-    j["stride"] = d->stride;
-    j["dilation"] = d->dilation;
-    j["pre"] = d->pre;
-    j["post"] = d->post;
-    j["accumulate"] = d->accumulate;
-    j["channels_last"] = d->channels_last;
+    j["type"] = type_name(d->problem.type);
+    j["x"] = d->problem.x;
+    j["w"] = d->problem.w;
+    j["y"] = d->problem.y;
+    j["stride"] = d->problem.stride;
+    j["dilation"] = d->problem.dilation;
+    j["pre"] = d->problem.pre;
+    j["post"] = d->problem.post;
+    j["accumulate"] = d->problem.accumulate;
+    j["channels_last"] = d->problem.channels_last;
     j["engine"] = d->engine ? json(*d->engine) : json("direct");
     json knobs = json::array();
     for (const auto& [type, value] : d->knobs) knobs.push_back({type, value});
@@ -209,10 +210,10 @@ std::string describe(const Tactic& t) {
   } else if (const auto* f = std::get_if<FusedFp8GemmConfig>(&t.config)) {
     s += " epilogue:" + std::to_string(f->epilogue_ops);
   } else if (const auto* d = std::get_if<CudnnConvConfig>(&t.config)) {
-    s += " " + std::string(type_name(d->type)) + " x:" + join(d->x) + " w:" + join(d->w) + " y:" + join(d->y) +
-         " stride:" + join(d->stride) + " dilation:" + join(d->dilation) + " pad:" + join(d->pre) + "/" + join(d->post);
-    if (d->accumulate) s += " accumulate";
-    if (d->channels_last) s += " channels_last:" + std::to_string(d->channels_last);
+    s += " " + std::string(type_name(d->problem.type)) + " x:" + join(d->problem.x) + " w:" + join(d->problem.w) + " y:" + join(d->problem.y) +
+         " stride:" + join(d->problem.stride) + " dilation:" + join(d->problem.dilation) + " pad:" + join(d->problem.pre) + "/" + join(d->problem.post);
+    if (d->problem.accumulate) s += " accumulate";
+    if (d->problem.channels_last) s += " channels_last:" + std::to_string(d->problem.channels_last);
     s += d->engine ? " engine:" + std::to_string(*d->engine) : std::string(" direct");
     for (const auto& [type, value] : d->knobs) s += " knob" + std::to_string(type) + "=" + std::to_string(value);
     if (d->workspace) s += " ws:" + std::to_string(d->workspace);

@@ -49,11 +49,10 @@ struct FusedFp8GemmConfig {
   bool operator==(const FusedFp8GemmConfig&) const = default;
 };
 
-// Kernel cuda.convolution.cudnn: a convolution through cuDNN's graph API (or the backend's
-// direct kernel on the same channels-last copies). The problem in cuDNN's terms: x [N, C,
-// spatial...], w [K, C / groups, k...], y [N, K, ...] (4 or 5 dims each, all >= 1), per spatial
-// dim stride and dilation (>= 1) and padding before/after (>= 0).
-struct CudnnConvConfig {
+// A convolution problem in cuDNN's terms: x [N, C, spatial...], w [K, C / groups, k...], y [N,
+// K, ...] (4 or 5 dims each, all >= 1), per spatial dim stride and dilation (>= 1) and padding
+// before/after (>= 0). The CUDA backend's CudnnConvShape (cudnn_tactic.h).
+struct ConvProblem {
   DataType type = DataType::kFLOAT;  // float32, float16 or bfloat16
   std::vector<std::int64_t> x, w, y, stride, dilation, pre, post;
   bool accumulate = false;           // y = conv + y (a bias written into y first)
@@ -61,6 +60,14 @@ struct CudnnConvConfig {
   // x's and w's channels padded to this count (C <= channels_last < C + 8; no groups; not
   // accumulating).
   std::int64_t channels_last = 0;
+  bool operator==(const ConvProblem&) const = default;
+};
+
+// Kernel cuda.convolution.cudnn: a convolution through cuDNN's graph API (or the backend's
+// direct kernel on the same channels-last copies). Its JSON form has the problem's fields at
+// its top level.
+struct CudnnConvConfig {
+  ConvProblem problem;
   std::optional<std::int64_t> engine;  // cuDNN's engine global index (>= 0); none: the direct kernel
   std::vector<std::pair<int, std::int64_t>> knobs;  // cuDNN knob type (>= 0) and value, at most 64
   std::uint64_t workspace = 0;       // bytes reserved for the plan at build time

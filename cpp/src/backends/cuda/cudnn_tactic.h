@@ -21,20 +21,8 @@
 
 namespace tensoracle::cuda {
 
-// The problem, in cuDNN's terms: x [N, C, spatial...], w [K, C / groups, k...], y [N, K, ...]
-// (packed, 2 or 3 spatial dims), per spatial dim stride, dilation and padding before/after.
-struct CudnnConvShape {
-  DataType type = DataType::kFLOAT;
-  std::vector<std::int64_t> x, w, y, stride, dilation, pre, post;
-  bool accumulate = false;  // y = conv + y (a bias already in y)
-  // 0: cuDNN reads and writes the tensors above in place (packed, channels second). Else cuDNN
-  // runs on channels-last copies (the backend transposes x and w into them and y out of its
-  // own), x's and w's channels padded with zeros to this count: cuDNN's tensor-core kernels
-  // are channels-last, and some (a 7x7 first layer over 4 channels) exist only for padded
-  // channels.
-  std::int64_t channels_last = 0;
-  bool operator==(const CudnnConvShape&) const = default;
-};
+// The problem, in cuDNN's terms (graph/tactic.h, which a tactic stores).
+using CudnnConvShape = graph::ConvProblem;
 
 // True when `a` and `b` are one problem: equal but for padding after, where each post leaves
 // the output size and the input positions the windows read unchanged (the builder writes the
@@ -157,17 +145,7 @@ inline bool parse_cudnn_config(std::string_view text, std::int64_t& global,
 
 inline graph::Tactic to_tactic(const CudnnTactic& t) {
   graph::CudnnConvConfig c;
-  const CudnnConvShape& s = t.shape;
-  c.type = s.type;
-  c.x = s.x;
-  c.w = s.w;
-  c.y = s.y;
-  c.stride = s.stride;
-  c.dilation = s.dilation;
-  c.pre = s.pre;
-  c.post = s.post;
-  c.accumulate = s.accumulate;
-  c.channels_last = s.channels_last;
+  c.problem = t.shape;
   if (t.config != kDirectConfig) {
     std::int64_t global = 0;
     if (!parse_cudnn_config(t.config, global, c.knobs)) return graph::Tactic();  // not cuDNN's: none
@@ -183,22 +161,12 @@ inline bool from_tactic(const graph::Tactic& tactic, CudnnTactic& out) {
   const auto* c = std::get_if<graph::CudnnConvConfig>(&tactic.config);
   if (c == nullptr) return false;
   CudnnTactic t;
-  CudnnConvShape& s = t.shape;
-  s.type = c->type;
-  s.x = c->x;
-  s.w = c->w;
-  s.y = c->y;
-  s.stride = c->stride;
-  s.dilation = c->dilation;
-  s.pre = c->pre;
-  s.post = c->post;
-  s.accumulate = c->accumulate;
-  s.channels_last = c->channels_last;
+  t.shape = c->problem;
   if (c->engine) {
     t.config = std::to_string(*c->engine);
     for (const auto& [type, value] : c->knobs) t.config += "," + std::to_string(type) + "=" + std::to_string(value);
   } else {
-    if (!direct_conv_supported(s)) return false;
+    if (!direct_conv_supported(t.shape)) return false;
     t.config = std::string(kDirectConfig);
   }
   t.workspace = static_cast<std::size_t>(c->workspace);
