@@ -128,6 +128,25 @@ def test_convolutions_between_convolutions_write_channels_last():
         np.testing.assert_allclose(y, residual_reference(x), rtol=0, atol=2e-5, err_msg=f"batch {batch}")
 
 
+def test_inspect_and_the_plan_show_which_values_are_stored_channels_last(cli, tmp_path):
+    """The layout is the value's (the plan's "layout"), shown by `tensoracle inspect` beside its
+    producer; the tactic names only the kernel."""
+    import json
+    import subprocess
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2, 8, 10, 10))}, tensoracle.BuilderSettings(device="cpu"))
+    path = tmp_path / "residual.engine"
+    path.write_bytes(tensoracle.build_serialized_engine(residual_graph, decl))
+    text = subprocess.run([cli, "inspect", str(path)], capture_output=True, text=True, check=True).stdout
+    lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("  conv")}
+    assert "output channels-last" in lines["convA"] and "output channels-last" in lines["convB"], text
+    assert "output channels-last" not in lines["convC"], text
+    plan = json.loads(subprocess.run([cli, "inspect", "--json", str(path)], capture_output=True, text=True, check=True).stdout)["plan"]
+    layouts = {plan["values"][n["output"]]["name"]: plan["values"][n["output"]]["layout"] for n in plan["nodes"]}
+    assert sorted(layouts.values()) == ["channels_last", "channels_last", "linear"], layouts
+    assert {n["tactic"]["kernel"] for n in plan["nodes"]} == {CONV}
+
+
 POOL_CL = ("cpu.pooling", "channels_last")
 
 

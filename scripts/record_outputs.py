@@ -1,0 +1,88 @@
+"""A pytest plugin that records what every engine run of a test session returned, to compare two
+builds of tensoracle bit for bit on the same tests (issue 31: "engines built by the new code
+give outputs bit-identical to the old code's").
+
+Each Execution.run's outputs are recorded per test (in call order) as dtype, shape and a SHA-256
+of the bytes. Run the same test files against each build, then compare:
+
+    PYTHONPATH=scripts:/tmp/old python -m pytest -p record_outputs --record-outputs=/tmp/old.json \\
+        python/tests/test_layers.py ... -m "not gpu"
+    PYTHONPATH=scripts python -m pytest -p record_outputs --record-outputs=/tmp/new.json ...
+    python scripts/record_outputs.py /tmp/old.json /tmp/new.json
+
+The comparison counts the runs both sessions made (same test, same call index) and lists those
+whose bytes differ; tests only one build could run (a newer API) are counted apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+records: dict[str, list] = {}
+_current = {"test": None}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-outputs", default=None, help="write every engine run's output digests here (JSON)")
+
+
+def pytest_configure(config):
+    if not config.getoption("--record-outputs"):
+        return
+    import numpy as np
+    import tensoracle
+
+    original = tensoracle.Execution.run
+
+    def run(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        test = _current["test"]
+        if test is not None:
+            entry = {}
+            for name in sorted(out):
+                a = np.ascontiguousarray(out[name])
+                entry[name] = [str(a.dtype), list(a.shape), hashlib.sha256(a.tobytes()).hexdigest()]
+            records.setdefault(test, []).append(entry)
+        return out
+
+    tensoracle.Execution.run = run
+
+
+def pytest_runtest_setup(item):
+    _current["test"] = item.nodeid
+
+
+def pytest_runtest_teardown(item):
+    _current["test"] = None
+
+
+def pytest_unconfigure(config):
+    path = config.getoption("--record-outputs")
+    if path:
+        with open(path, "w") as f:
+            json.dump(records, f, sort_keys=True)
+
+
+def compare(old_path: str, new_path: str) -> int:
+    old = json.load(open(old_path))
+    new = json.load(open(new_path))
+    same = differ = 0
+    differing = []
+    for test in sorted(set(old) & set(new)):
+        for i, (a, b) in enumerate(zip(old[test], new[test])):
+            if a == b:
+                same += 1
+            else:
+                differ += 1
+                differing.append(f"{test} run {i}")
+    print(f"runs compared: {same + differ} ({len(set(old) & set(new))} tests); bit-identical: {same}; differing: {differ}")
+    print(f"tests recorded by one build only: {len(set(old) ^ set(new))}")
+    for line in differing[:50]:
+        print("  differs:", line)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(compare(sys.argv[1], sys.argv[2]))
