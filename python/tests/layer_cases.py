@@ -254,6 +254,20 @@ def constant(network, array: np.ndarray):
 
 E = trt.ElementWiseOperation
 COMPARISONS = ("EQUAL", "GREATER", "LESS")
+ARITH = ["SUM", "PROD", "MAX", "MIN", "SUB", "DIV"]
+
+
+def add_shuffle(network, x, first, reshape, second, zero_is_placeholder):
+    """A shuffle of `x` with its transposes and reshape (None: left at the default)."""
+    layer = network.add_shuffle(x)
+    layer.zero_is_placeholder = zero_is_placeholder
+    if first is not None:
+        layer.first_transpose = first
+    if reshape is not None:
+        layer.reshape_dims = reshape
+    if second is not None:
+        layer.second_transpose = second
+    return layer
 
 
 def elementwise_ref(op: str, a: np.ndarray, b: np.ndarray, name: str):
