@@ -6,13 +6,44 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
+#include "backends/build_identity.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/onednn.h"
+#include "runtime/devices.h"
+#include "tensoracle/engine.h"
 #include "tensoracle/errors.h"
 #include "tools/commands.h"
+
+namespace {
+
+// `tensoracle --version`: the version, the engine format it reads and writes, its build, and
+// the backends this machine has (the CUDA backend's device, or why there is none).
+std::string version_text() {
+  std::string s = fmt::format("tensoracle {}\nengine format {}, build {}\n", TENSORACLE_VERSION,
+                              tensoracle::kEngineFormatVersion, std::string(tensoracle::backends::build_identity()).substr(0, 16));
+  const std::string onednn = tensoracle::cpu::onednn::version();
+  s += fmt::format("cpu backend: {}, {}\n", tensoracle::cpu::openblas_version(),
+                   onednn.empty() ? std::string("no oneDNN") : "oneDNN " + onednn);
+  try {
+    const auto& cuda = tensoracle::runtime::cuda_backend(0);
+    const auto t = cuda.target();
+    const int cudnn = t.value("cudnn", 0);
+    s += fmt::format("cuda backend: {} ({}, compute capability {}, cuDNN {})", cuda.device(), t.value("device", "?"),
+                     t.value("compute_capability", "?"), cudnn ? std::to_string(cudnn) : std::string("none"));
+  } catch (const tensoracle::Error& e) {
+    s += fmt::format("cuda backend: unavailable ({})", e.what());
+  }
+  return s;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tensoracle: build, save, reuse and execute inference engines from safetensors weights"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text, "print the version, the engine format and the backends this machine has");
   std::vector<std::pair<CLI::App*, tensoracle::tools::Command>> commands;
   auto add = [&](tensoracle::tools::Command (*adder)(CLI::App&)) {
     std::size_t before = app.get_subcommands({}).size();

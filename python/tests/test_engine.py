@@ -134,6 +134,15 @@ def test_builder_errors_map_to_python_classes():
         tensoracle.build_serialized_engine(failing, tensoracle.EngineBuild({}))
 
 
+def test_cli_version_names_the_format_and_the_backends(cli):
+    text = subprocess.run([cli, "--version"], capture_output=True, text=True, check=True).stdout
+    lines = text.splitlines()
+    assert lines[0] == f"tensoracle {tensoracle.__version__}"
+    assert lines[1].startswith("engine format 2, build ")
+    assert lines[2].startswith("cpu backend: OpenBLAS ")
+    assert lines[3].startswith("cuda backend: "), text  # the device, or why there is none
+
+
 def test_cli_inspects_engines(engines, cli):
     path = engines / "linear-int8.engine"
     text = subprocess.run([cli, "inspect", str(path)], capture_output=True, text=True, check=True).stdout
