@@ -1,5 +1,7 @@
 // `tensoracle bench ENGINE [--iterations N] [--warmup N] [--shape NAME=DIMS]... [--threads N]
-//  [--per-layer] [--json]`: latency percentiles, throughput and memory of one execution.
+//  [--plugins LIB]... [--per-layer] [--json]`: latency percentiles, throughput and memory of one
+// execution. An engine with plugin layers needs the libraries of its plugins (--plugins, loaded
+// before the engine opens, as open_engine's plugins=).
 //
 // Inputs are filled once before timing: floating inputs uniform in [-1, 1) (seeded), integer
 // and bool inputs zero (a valid index for any gather). Dynamic inputs take the profile's opt
@@ -17,12 +19,14 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/numeric.h"
 #include "tensoracle/engine.h"
+#include "tensoracle/plugin_library.h"
 #include "tensoracle/errors.h"
 #include "tools/commands.h"
 
@@ -38,6 +42,7 @@ struct Options {
   bool per_layer = false;
   bool json = false;
   std::vector<std::string> shapes;
+  std::vector<std::string> plugins;
 };
 
 // "images=8x3x224x224" (or with commas) -> ("images", dims).
@@ -99,7 +104,14 @@ int run(const Options& o) {
     throw InvalidArgument("[bench] --iterations must be >= 1 and --warmup >= 0");
   if (o.threads < 0) throw InvalidArgument("[bench] --threads must be >= 0 (0: all cores)");
   if (o.threads > 0) set_cpu_threads(o.threads);
-  Engine engine = Engine::load(o.path);
+  if (!o.plugins.empty()) load_plugin_libraries({o.plugins.begin(), o.plugins.end()});
+  std::optional<Engine> opened;
+  try {
+    opened.emplace(Engine::load(o.path));
+  } catch (const PluginLibraryError& e) {
+    throw PluginLibraryError(std::string(e.what()) + " (here: tensoracle bench ENGINE --plugins LIB)");
+  }
+  Engine& engine = *opened;
   Execution ex = engine.create_execution();
   std::map<std::string, Dims> given;
   for (const auto& s : o.shapes) {
@@ -226,6 +238,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "untimed iterations first (default 10)");
   sub->add_option("--shape", o->shapes, "NAME=D1xD2x... for a dynamic input (default: the profile's opt)");
   sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  sub->add_option("--plugins", o->plugins, "plugin libraries the engine's plugin layers need (repeat or list)");
   sub->add_flag("--per-layer", o->per_layer, "also time each fused node");
   sub->add_flag("--json", o->json, "print JSON instead of text");
   return [o] { return run(*o); };

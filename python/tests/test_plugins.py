@@ -256,3 +256,28 @@ def test_a_library_changed_after_loading_is_refused_in_this_process(rmsnorm_lib,
         f.write(b"changed")
     with pytest.raises(tensoracle.PluginLibraryError, match="changed on disk after it was loaded"):
         tensoracle.load_plugin_libraries([lib])
+
+
+def test_cli_bench_loads_the_plugins_an_engine_needs(rmsnorm_lib, tmp_path, cli):
+    """`tensoracle bench --plugins LIB` times an engine with plugin layers; without the library
+    the engine does not open, and the message names the creator and how to pass its library."""
+    w = np.linspace(-1, 1, 16, dtype=np.float32)
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (4, 16))
+        weight = net.add_constant((16,), w).get_output(0)
+        fields = trt.PluginFieldCollection([trt.PluginField("epsilon", np.array([0.25], np.float32), trt.PluginFieldType.FLOAT32)])
+        y = net.add_plugin("RMSNorm", "1", [x, weight], fields, namespace="tensoracle.examples").get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((4, 16))}, tensoracle.BuilderSettings(device="cpu"))
+    path = tmp_path / "rms.engine"
+    path.write_bytes(tensoracle.build_serialized_engine(graph, decl, plugins=[rmsnorm_lib]))
+    done = subprocess.run([cli, "bench", str(path), "--iterations", "5", "--json", "--plugins", str(rmsnorm_lib)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["latency_ms"]["median"] > 0
+    missing = subprocess.run([cli, "bench", str(path), "--iterations", "5"], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2
+    assert "RMSNorm" in missing.stderr and "--plugins" in missing.stderr, missing.stderr
