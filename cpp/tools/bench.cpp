@@ -29,6 +29,7 @@
 #include "tensoracle/plugin_library.h"
 #include "tensoracle/errors.h"
 #include "tools/commands.h"
+#include "tools/sniff.h"
 
 namespace tensoracle::tools {
 
@@ -104,6 +105,7 @@ int run(const Options& o) {
     throw InvalidArgument("[bench] --iterations must be >= 1 and --warmup >= 0");
   if (o.threads < 0) throw InvalidArgument("[bench] --threads must be >= 0 (0: all cores)");
   if (o.threads > 0) set_cpu_threads(o.threads);
+  require_kind("bench", o.path, {FileKind::kSafetensors, FileKind::kOther}, "an engine file (from save_engine or the cache)");
   if (!o.plugins.empty()) load_plugin_libraries({o.plugins.begin(), o.plugins.end()});
   std::optional<Engine> opened;
   try {

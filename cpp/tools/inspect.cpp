@@ -12,6 +12,7 @@
 #include "tensoracle/engine.h"
 #include "tensoracle/safetensors.h"
 #include "tools/commands.h"
+#include "tools/sniff.h"
 
 namespace tensoracle::tools {
 
@@ -232,6 +233,10 @@ Command add_inspect(CLI::App& app) {
   sub->add_option("FILE", *path, "engine, safetensors file or torch checkpoint (.pth)")->required();
   sub->add_flag("--json", *json, "print JSON instead of a table");
   return [path, json] {
+    // A file of another known kind is named for what it is; unknown bytes go to the readers,
+    // whose messages say what is damaged.
+    require_kind("inspect", *path, {FileKind::kSafetensors, FileKind::kTorchZip, FileKind::kTorchLegacy, FileKind::kOther},
+                 "an engine, a safetensors file or a torch checkpoint (.pth)");
     if (looks_like_checkpoint(*path)) return inspect_checkpoint(*path, *json);
     auto f = st::File::open(*path);
     if (f.metadata().count("tensoracle.format")) return inspect_engine(*path, *json);

@@ -104,3 +104,32 @@ def test_not_an_engine_exits_2(cli, tmp_path):
     bad.write_bytes(b"not an engine at all")
     r = bench(cli, bad, check=False)
     assert r.returncode == 2 and "error:" in r.stderr
+
+
+def foreign_files(tmp_path):
+    """Files that are not engines, and what the program must call them."""
+    np.save(tmp_path / "a.npy", np.zeros(3, np.float32))
+    np.savez(tmp_path / "b.npz", x=np.zeros(2, np.float32))
+    (tmp_path / "notes.txt").write_text("weights: see model.pth\n")
+    # A serialized ONNX ModelProto begins with ir_version (field 1), then the next field: here
+    # graph (field 7), as onnx writes a model without producer fields. Named .bin: the bytes tell.
+    (tmp_path / "model.bin").write_bytes(b"\x08\x0e\x3a\x33\x0a\x0c\x0a\x01x\x12\x01y\x22\x04Relu")
+    (tmp_path / "folder").mkdir()
+    return {
+        "a.npy": "is a NumPy array (.npy)",
+        "b.npz": "is a NumPy archive (.npz)",
+        "notes.txt": "is a text file",
+        "model.bin": "is an ONNX model",
+        "folder": "is a directory",
+        "missing.engine": "no such file",
+    }
+
+
+@pytest.mark.parametrize("command", ["bench", "inspect"])
+def test_a_file_of_another_kind_is_named_for_what_it_is(cli, tmp_path, command):
+    for name, said in foreign_files(tmp_path).items():
+        r = subprocess.run([cli, command, str(tmp_path / name)], capture_output=True, text=True)
+        assert r.returncode == 2, (name, r.stdout)
+        assert said in r.stderr and name in r.stderr, (name, r.stderr)
+        if said != "no such file":
+            assert f"{command} reads" in r.stderr, r.stderr
