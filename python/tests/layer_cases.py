@@ -8,15 +8,26 @@ single rounding whatever the source: no double rounding through float32.
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import zlib
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import tensoracle
 import tensoracle.trt as trt
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """For the test modules that import it: a kernel that never returns would hang the whole
+    run, so after 120 s the stacks are dumped and the process exits instead."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
 
 # ---- types ------------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ Known tensoracle bugs would stay visible as strict xfails (search for "xfail"); 
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import subprocess
 import sys
@@ -23,7 +22,8 @@ import pytest
 
 import tensoracle
 import tensoracle.trt as trt
-from layer_cases import (
+from layer_cases import (  # noqa: F401 (watchdog: an autouse fixture)
+    watchdog,
     rng_for,
     add_shuffle,
     ALL_TYPES,
@@ -58,14 +58,6 @@ from layer_cases import (
     same_bits,
     wrap_int,
 )
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    """A kernel that never returns would hang the whole run: dump the stacks and exit instead."""
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 def ids(names):

@@ -4,7 +4,6 @@ one at a time; the same `device` fixture and references from layer_cases.py)."""
 
 from __future__ import annotations
 
-import faulthandler
 
 import ml_dtypes
 import numpy as np
@@ -12,7 +11,8 @@ import pytest
 
 import tensoracle
 import tensoracle.trt as trt
-from layer_cases import (
+from layer_cases import (  # noqa: F401 (watchdog: an autouse fixture)
+    watchdog,
     rng_for,
     add_shuffle,
     ALL_TYPES,
@@ -37,18 +37,6 @@ from layer_cases import (
     round_to,
     run_network,
 )
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    """A kernel that never returns would hang the whole run: dump the stacks and exit instead."""
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-def ids(names):
-    return [str(n) for n in names]
 
 
 # ==== multi-layer networks and fusion ========================================================
