@@ -1,6 +1,8 @@
 // `tensoracle cache list|verify|prune|clear [--dir DIR]`: the engine cache's folder (see
 // tensoracle/cache.h). Exit codes: 0 done, 1 `verify` found a corrupt entry, 2 bad input.
 #include <fmt/core.h>
+
+#include <filesystem>
 #include <time.h>
 
 #include <memory>
@@ -152,6 +154,14 @@ Command add_cache(CLI::App& app) {
   clear->add_option("--name", *name, "only the engines of this name");
 
   return [=]() -> int {
+    // verify's folder, named on the command line, must exist: a typo would otherwise read as an
+    // empty cache ("0 entries verified", exit 0: a silent pass in a CI check). The default folder
+    // may not exist yet (nothing was saved); list, prune and clear of a missing folder report
+    // nothing there, which is true.
+    std::error_code ec;
+    if (verify->parsed() && !dir->empty() && !std::filesystem::is_directory(*dir, ec))
+      throw InvalidArgument("[cache] --dir " + *dir + ": " +
+                            (std::filesystem::exists(*dir, ec) ? "not a folder" : "no such folder"));
     if (list->parsed()) return run_list(*dir, *json);
     if (verify->parsed()) return run_verify(*dir);
     if (prune->parsed()) {

@@ -119,3 +119,14 @@ def test_bad_usage_exits_2(cli, tmp_path, args, message):
     r = run(cli, *args, "--dir", tmp_path) if args and args[0] != "frobnicate" else run(cli, *args)
     assert r.returncode == 2
     assert r.stderr.startswith("error: ") and message in r.stderr, r.stderr
+
+
+def test_verify_of_a_folder_that_is_not_there_is_an_error_not_a_pass(cli, tmp_path):
+    """A typo in --dir would read as an empty cache: `verify` would pass with 0 entries."""
+    sub = "verify"
+    r = run(cli, sub, "--dir", tmp_path / "typo")
+    assert r.returncode == 2 and "no such folder" in r.stderr and "typo" in r.stderr, r.stderr
+    (tmp_path / "file").write_text("x")
+    r = run(cli, sub, "--dir", tmp_path / "file")
+    assert r.returncode == 2 and "not a folder" in r.stderr, r.stderr
+    assert run(cli, sub, "--dir", tmp_path).returncode == 0  # an empty folder is an empty cache
