@@ -147,6 +147,15 @@ TEST_F(ConvertTest, KeySelectionAndPrefixes) {
   strip.strip_prefix = "module.";
   m = error<InvalidArgument>(checkpoint_bytes(q, s), strip);
   EXPECT_NE(m.find("would both be named 'a'"), std::string::npos) << m;
+
+  // A prefix no tensor name starts with (a typo) is an error naming it, not a silent no-op.
+  ConvertOptions typo;
+  typo.key = "state_dict";
+  typo.strip_prefix = "modle.";
+  m = error<InvalidArgument>(ck, typo);
+  EXPECT_NE(m.find("no tensor name starts with the prefix 'modle.' (names such as 'module.a', 'module.b.c')"),
+            std::string::npos)
+      << m;
 }
 
 TEST_F(ConvertTest, ViewsAreWrittenContiguousAndSharingIsRecorded) {

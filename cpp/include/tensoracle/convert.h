@@ -83,7 +83,8 @@ struct ConvertOptions {
   // Convert only this entry of the checkpoint (a dict, list or tuple), e.g. "state_dict" or
   // "model"; a dotted path walks nested dicts ("model.encoder"). Empty: the whole checkpoint.
   std::string key;
-  // Removed from the front of every output name that starts with it (e.g. "module.").
+  // Removed from the front of every output name that starts with it (e.g. "module."); a prefix
+  // that no tensor name starts with is InvalidArgument (a typo).
   std::string strip_prefix;
   ConvertDtype dtype = ConvertDtype::kKeep;
   // Replace `out` if it exists (otherwise IoError EEXIST, checked before any work and again,

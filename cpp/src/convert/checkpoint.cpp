@@ -549,10 +549,29 @@ Checkpoint read_checkpoint(std::span<const std::byte> file_bytes, const std::str
   }
 
   // strip_prefix, then unique names (tensors and metadata keys are separate namespaces).
+  std::size_t stripped = 0;
   auto strip = [&](std::string& name) {
     const std::string& p = options.strip_prefix;
-    if (!p.empty() && name.size() > p.size() && name.compare(0, p.size(), p) == 0) name.erase(0, p.size());
+    if (!p.empty() && name.size() > p.size() && name.compare(0, p.size(), p) == 0) {
+      name.erase(0, p.size());
+      return true;
+    }
+    return false;
   };
+  // A prefix that no tensor name starts with is a typo (a silent no-op would keep the names
+  // the user meant to change).
+  if (!options.strip_prefix.empty() && !c.tensors.empty()) {
+    for (const auto& e : c.tensors) {
+      std::string n = e.name;
+      stripped += strip(n);
+    }
+    if (stripped == 0) {
+      std::string some;
+      for (std::size_t i = 0; i < c.tensors.size() && i < 3; ++i) some += (i ? ", " : "") + quote_name(c.tensors[i].name);
+      throw InvalidArgument("[pth] " + file + ": no tensor name starts with the prefix " + quote_name(options.strip_prefix) +
+                            " (names such as " + some + (c.tensors.size() > 3 ? ", ..." : "") + ")");
+    }
+  }
   std::unordered_map<std::string, std::string> tensor_names;  // name -> path
   for (auto& e : c.tensors) {
     strip(e.name);
