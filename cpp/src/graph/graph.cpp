@@ -202,7 +202,8 @@ std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& in
   for (const Node& n : g.nodes) {
     const auto out = static_cast<std::size_t>(n.output);
     const auto all = infer_node(g, n, desc, &values);
-    for (std::size_t k = 0; k < all.size(); ++k) desc[static_cast<std::size_t>(n.outputs()[k])] = all[k];
+    desc[out] = all[0];
+    for (std::size_t k = 1; k < all.size(); ++k) desc[static_cast<std::size_t>(n.extra_outputs[k - 1])] = all[k];
     // Shape tensors: of single-output nodes (a multi-output node is not evaluated on the host).
     if (!n.extra_outputs.empty()) continue;
     const TensorDesc& d = desc[out];

@@ -523,11 +523,14 @@ void Execution::run_nodes(void* stream, Profiler* profiler) {
         auto u = static_cast<std::size_t>(v);
         in.push_back({ptr[u], s.shapes[u].type, s.shapes[u].dims, s.values[u] ? &*s.values[u] : nullptr});
       }
+      // The node's outputs (node.outputs() order), without allocating on this path: every run.
       out.clear();
-      for (int v : node.outputs()) {
+      auto add = [&](int v) {
         auto u = static_cast<std::size_t>(v);
         out.push_back({ptr[u], s.shapes[u].type, s.shapes[u].dims});
-      }
+      };
+      add(node.output);
+      for (int v : node.extra_outputs) add(v);
       kernels[n]->run(in, out, workspace, stream);
     }
     if (profiler) profiler->timeline.mark();
