@@ -10,14 +10,18 @@ of the bytes. Run the same test files against each build, then compare:
     PYTHONPATH=scripts python -m pytest -p record_outputs --record-outputs=/tmp/new.json ...
     python scripts/record_outputs.py /tmp/old.json /tmp/new.json
 
+Under pytest-xdist (-n N) each worker writes PATH.gwK and the comparison merges them.
+
 The comparison counts the runs both sessions made (same test, same call index) and lists those
 whose bytes differ; tests only one build could run (a newer API) are counted apart.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import os
 import sys
 
 records: dict[str, list] = {}
@@ -61,13 +65,30 @@ def pytest_runtest_teardown(item):
 def pytest_unconfigure(config):
     path = config.getoption("--record-outputs")
     if path:
+        # Under pytest-xdist every worker records its own tests into PATH.<worker>; the
+        # comparison merges them.
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        if worker:
+            path = f"{path}.{worker}"
+        elif not records:
+            return  # the controller of an xdist session ran no test itself
         with open(path, "w") as f:
             json.dump(records, f, sort_keys=True)
 
 
+def load(path: str) -> dict:
+    merged: dict = {}
+    for part in [path] + sorted(glob.glob(glob.escape(path) + ".gw*")):
+        if os.path.exists(part):
+            merged.update(json.load(open(part)))
+    if not merged:
+        sys.exit(f"{path}: no recorded runs (nor {path}.gw* from pytest-xdist workers)")
+    return merged
+
+
 def compare(old_path: str, new_path: str) -> int:
-    old = json.load(open(old_path))
-    new = json.load(open(new_path))
+    old = load(old_path)
+    new = load(new_path)
     same = differ = 0
     differing = []
     for test in sorted(set(old) & set(new)):
