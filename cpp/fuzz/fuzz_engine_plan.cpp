@@ -57,7 +57,7 @@ namespace {
 
 // x [2, 4, 6, 6] -> convolution 3x3 (+ bias, ReLU) -> max pool 2x2 -> reshape [2, 36] ->
 // matrix multiply [36, 5] + bias [2, 5] -> softmax; and the reshaped features' sum over axis 1
-// as a second output. Small, and it exercises fusion (epilogues), shuffles and reductions; the
+// as a second output, and a causal attention over the reshaped features as a third. Small, and it exercises fusion (epilogues), shuffles and reductions; the
 // bias has the shape of the layers' outputs, so that a node pointed at it passes the shape
 // checks and writes into the weight.
 std::vector<std::byte> seed_engine() {
@@ -90,6 +90,16 @@ std::vector<std::byte> seed_engine() {
     auto* total = net.add_reduce(flat->get_output(0), ReduceOperation::kSUM, 0x2, true)->get_output(0);
     total->set_name("total");
     net.mark_output(total);
+    // the features as [1, 2, 6, 6] query, key and value of a causal attention (scaled)
+    auto* heads = net.add_shuffle(flat->get_output(0));
+    heads->set_reshape_dims(Dims{1, 2, 6, 6});
+    auto* hv = heads->get_output(0);
+    auto* att = net.add_attention(hv, hv, hv, AttentionNormalizationOp::kSOFTMAX, true);
+    AttentionParams ap = att->get();
+    ap.scale = 0.5f;
+    att->set(ap);
+    att->get_output(0)->set_name("attention");
+    net.mark_output(att->get_output(0));
   };
   EngineBuild d;
   d.inputs["x"] = InputShape::fixed({2, 4, 6, 6});

@@ -15,6 +15,10 @@ Workloads (PERFORMANCE.md's peers):
            batch 32 x 128 tokens (some sequences padded), float32 and float16
   reduce   few outputs over many elements, float32: the sum of 16 M elements ("sum"), the mean
            over the first axis of 262144 x 64 ("colmean")
+  attention the attention layer alone against torch's scaled_dot_product_attention (flash
+           attention), float16 and bfloat16: BERT-base's (32 x 12 heads x 128 tokens x 64, a
+           padding mask added per batch and key) and GPT-2 small's prefill (8 x 12 x 1024 x 64,
+           causal)
 
 For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
 `--iterations` back-to-back launches) for: tensoracle (enqueue on a stream: eager the first
@@ -205,7 +209,7 @@ def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None, ou
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm", "reduce"]
+    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm", "reduce", "attention"]
     p.add_argument("--only", choices=workloads, action="append")
     p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
                    help="mlp types (resnet18 and minilm: float32 and float16 among them); float8: fp8 Q/DQ around "
@@ -310,6 +314,33 @@ def main() -> int:
 
             measure(name, torch.float32, lambda inputs, level, g=graph: network_engine(g, inputs, level), x,
                     lambda x=x, fn=fn: fn(x), args, results)
+    if "attention" in only:
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        for name in [n for n in ("float16", "bfloat16") if n in args.dtypes.split(",")]:
+            dtype = DTYPES[name]
+            for label, (b, n, s, h), causal in [("bert", (32, 12, 128, 64), False), ("gpt2", (8, 12, 1024, 64), True)]:
+                q, k, v = (torch.randn(b, n, s, h, device="cuda", dtype=dtype) for _ in range(3))
+                inputs = {"q": q, "k": k, "v": v}
+                mask = None
+                if not causal:  # the last 0..31 keys of each sequence are padding
+                    keep = torch.arange(s, device="cuda")[None, :] < (s - torch.randint(0, 32, (b, 1), device="cuda"))
+                    mask = torch.where(keep, 0.0, -10000.0).to(dtype).reshape(b, 1, 1, s)
+                    inputs["mask"] = mask
+
+                def graph(net, causal=causal, dtype=dtype, with_mask=mask is not None, shape=(b, n, s, h)):
+                    t = {x: net.add_input(x, TRT_DTYPE[dtype], shape) for x in ("q", "k", "v")}
+                    layer = net.add_attention(t["q"], t["k"], t["v"], trt.AttentionNormalizationOp.SOFTMAX, causal)
+                    if with_mask:
+                        layer.mask = net.add_input("mask", TRT_DTYPE[dtype], (shape[0], 1, 1, shape[2]))
+                    layer.scale = shape[3] ** -0.5
+                    y = layer.get_output(0)
+                    y.name = "y"
+                    net.mark_output(y)
+
+                with torch.no_grad():
+                    measure(f"attention-{label}", dtype, lambda inputs, level, g=graph: network_engine(g, inputs, level),
+                            inputs, lambda q=q, k=k, v=v, m=mask, c=causal: sdpa(q, k, v, attn_mask=m, is_causal=c),
+                            args, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit,

@@ -130,6 +130,8 @@ void bind_network(nb::module_& m) {
       .value("HALF_UP", ResizeRoundMode::kHALF_UP).value("HALF_DOWN", ResizeRoundMode::kHALF_DOWN)
       .value("FLOOR", ResizeRoundMode::kFLOOR).value("CEIL", ResizeRoundMode::kCEIL);
   nb::enum_<TopKOperation>(m, "TopKOperation").value("MAX", TopKOperation::kMAX).value("MIN", TopKOperation::kMIN);
+  nb::enum_<AttentionNormalizationOp>(m, "AttentionNormalizationOp")
+      .value("NONE", AttentionNormalizationOp::kNONE).value("SOFTMAX", AttentionNormalizationOp::kSOFTMAX);
   nb::enum_<LayerType>(m, "LayerType")
       .value("INPUT", LayerType::kINPUT).value("CONSTANT", LayerType::kCONSTANT)
       .value("MATRIX_MULTIPLY", LayerType::kMATRIX_MULTIPLY).value("ELEMENTWISE", LayerType::kELEMENTWISE)
@@ -142,7 +144,7 @@ void bind_network(nb::module_& m) {
       .value("CONVOLUTION", LayerType::kCONVOLUTION).value("DECONVOLUTION", LayerType::kDECONVOLUTION)
       .value("POOLING", LayerType::kPOOLING).value("NORMALIZATION", LayerType::kNORMALIZATION)
       .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM).value("TOPK", LayerType::kTOPK).value("SHAPE", LayerType::kSHAPE)
-      .value("PLUGIN", LayerType::kPLUGIN);
+      .value("PLUGIN", LayerType::kPLUGIN).value("ATTENTION", LayerType::kATTENTION);
 
   nb::class_<Tensor>(m, "ITensor", "A tensor of a Network (owned by it)")
       .def_prop_rw("name", &Tensor::name, &Tensor::set_name)
@@ -223,6 +225,15 @@ void bind_network(nb::module_& m) {
   prop(topk, "op", &TopKParams::op);
   prop(topk, "k", &TopKParams::k);
   prop(topk, "axes", &TopKParams::axes);
+  auto attention = nb::class_<AttentionLayer, Layer>(m, "IAttention");
+  prop(attention, "norm_op", &AttentionParams::normalization);
+  prop(attention, "causal", &AttentionParams::causal);
+  prop(attention, "decomposable", &AttentionParams::decomposable);
+  prop(attention, "scale", &AttentionParams::scale);
+  attention.def_prop_rw(
+      "mask", [](const AttentionLayer& l) { return l.mask(); },
+      [](AttentionLayer& l, Tensor* t) { t->network().set_layer_input(&l, 3, t); }, kRef,
+      "The optional mask (input 3): bool (true: attend) or the query's type (added to the scores)");
   auto padding = nb::class_<PaddingLayer, Layer>(m, "IPaddingLayer");
   prop(padding, "pre_padding_nd", &PaddingParams::pre_padding);
   prop(padding, "post_padding_nd", &PaddingParams::post_padding);
@@ -349,6 +360,8 @@ void bind_network(nb::module_& m) {
            nb::arg("axesMask"), kRef)
       .def("add_resize", &Network::add_resize, nb::arg("input"), kRef)
       .def("add_einsum", &Network::add_einsum, nb::arg("inputs"), nb::arg("equation"), kRef)
+      .def("add_attention", &Network::add_attention, nb::arg("query"), nb::arg("key"), nb::arg("value"),
+           nb::arg("norm_op"), nb::arg("causal"), kRef)
       .def(
           "add_plugin",
           [](Network& n, const std::string& name, const std::string& version, const std::vector<Tensor*>& inputs,

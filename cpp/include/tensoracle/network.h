@@ -58,7 +58,7 @@ enum class LayerType : std::int32_t {
   kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9, kUNARY = 10, kREDUCE = 11,
   kSOFTMAX = 12, kCONCATENATION = 13, kSLICE = 14, kGATHER = 15, kSELECT = 16, kPADDING = 17,
   kCONVOLUTION = 18, kDECONVOLUTION = 19, kPOOLING = 20, kNORMALIZATION = 21, kRESIZE = 22,
-  kEINSUM = 23, kTOPK = 24, kSHAPE = 25, kPLUGIN = 26,
+  kEINSUM = 23, kTOPK = 24, kSHAPE = 25, kPLUGIN = 26, kATTENTION = 27,
 };
 
 enum class UnaryOperation : std::int32_t {
@@ -71,6 +71,8 @@ enum class UnaryOperation : std::int32_t {
 enum class ReduceOperation : std::int32_t { kSUM = 0, kPROD = 1, kMAX = 2, kMIN = 3, kAVG = 4 };
 
 enum class TopKOperation : std::int32_t { kMAX = 0, kMIN = 1 };
+
+enum class AttentionNormalizationOp : std::int32_t { kNONE = 0, kSOFTMAX = 1 };
 
 enum class PoolingType : std::int32_t { kMAX = 0, kAVERAGE = 1, kMAX_AVERAGE_BLEND = 2 };
 
@@ -278,13 +280,31 @@ struct PluginParams {
   std::shared_ptr<const PluginInstance> plugin;
 };
 
+// Attention (TensorRT's IAttention): for each batch b and query head n,
+//   out[b, n] = normalize(scale * Q[b, n] · K[b, g]ᵀ + mask) · V[b, g],   g = n / (Nq / Nkv)
+// Inputs: 0 query [B, Nq, Sq, H], 1 key and 2 value [B, Nkv, Skv, H] (Nq a multiple of Nkv:
+// grouped- and multi-query attention), 3 the optional mask (set_layer_input(layer, 3, mask)):
+// bool (true: the key may be attended) or the query's type (added to the scores), of rank 4,
+// each dimension 1 or [B, Nq, Sq, Skv]'s. `causal`: query i attends keys j <= i (the diagonal
+// anchored top-left, TensorRT 10's); not together with a mask. normalization kSOFTMAX over
+// the keys, or kNONE (the scores as they are; a masked-out score counts 0). A query whose every
+// key is masked out gives zeros. `decomposable` is TensorRT's flag (every tensoracle kernel
+// handles every shape, so it changes nothing). `scale` is tensoracle's: TensorRT has no factor
+// (scale the query); the attention fusion pass folds the graph's own scaling into it.
+struct AttentionParams {
+  AttentionNormalizationOp normalization = AttentionNormalizationOp::kSOFTMAX;
+  bool causal = false;
+  bool decomposable = false;
+  float scale = 1.f;
+};
+
 using LayerParams =
     std::variant<InputParams, ConstantParams, MatrixMultiplyParams, ElementWiseParams,
                  ActivationParams, CastParams, QuantizeParams, DequantizeParams, ShuffleParams,
                  IdentityParams, UnaryParams, ReduceParams, SoftmaxParams, ConcatenationParams,
                  SliceParams, GatherParams, SelectParams, PaddingParams, ConvolutionParams,
                  DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams,
-                 TopKParams, ShapeParams, PluginParams>;
+                 TopKParams, ShapeParams, PluginParams, AttentionParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -429,6 +449,10 @@ class PoolingLayer : public ParamLayer<PoolingParams> {};
 class NormalizationLayer : public ParamLayer<NormalizationParams> {};
 class ResizeLayer : public ParamLayer<ResizeParams> {};
 class EinsumLayer : public ParamLayer<EinsumParams> {};
+class AttentionLayer : public ParamLayer<AttentionParams> {
+ public:
+  Tensor* mask() const { return num_inputs() > 3 ? get_input(3) : nullptr; }
+};
 
 // A plugin layer's creator and fields are fixed when it is added (no setters).
 class PluginLayer : public Layer {
@@ -486,6 +510,9 @@ class Network : public std::enable_shared_from_this<Network> {
   NormalizationLayer* add_normalization(Tensor* x, Tensor* scale, Tensor* bias, std::uint32_t axes);
   ResizeLayer* add_resize(Tensor* x);
   EinsumLayer* add_einsum(const std::vector<Tensor*>& inputs, std::string equation);
+  // Attention over query [B, Nq, Sq, H], key and value [B, Nkv, Skv, H] (see AttentionParams);
+  // the mask, when there is one, is set as input 3 with set_layer_input.
+  AttentionLayer* add_attention(Tensor* query, Tensor* key, Tensor* value, AttentionNormalizationOp op, bool causal);
   // A plugin layer: creator `name` / `version` in `plugin_namespace` of a plugin library loaded
   // in this process (load_plugin_libraries, or `plugins` of build_serialized_engine and
   // open_engine: the builder loads them before calling the graph function), made from `fields`
@@ -494,7 +521,8 @@ class Network : public std::enable_shared_from_this<Network> {
   // creator is not registered, refuses the fields or the inputs, or reports invalid outputs.
   PluginLayer* add_plugin(const std::string& name, const std::string& version, const std::vector<Tensor*>& inputs,
                           const std::vector<PluginField>& fields, const std::string& plugin_namespace = "");
-  // Sets a layer input (only kFILL slices' input 1 so far); throws InvalidArgument.
+  // Sets a layer input (a slice's inputs 1..4, an attention's mask 3, or replaces one);
+  // throws InvalidArgument.
   void set_layer_input(Layer* layer, int index, Tensor* t);
 
   void mark_output(Tensor* t);

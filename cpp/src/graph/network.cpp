@@ -403,6 +403,13 @@ EinsumLayer* Network::add_einsum(const std::vector<Tensor*>& inputs, std::string
   return add_layer<EinsumLayer>(LayerType::kEINSUM, EinsumParams{std::move(equation)}, inputs);
 }
 
+AttentionLayer* Network::add_attention(Tensor* query, Tensor* key, Tensor* value, AttentionNormalizationOp op, bool causal) {
+  AttentionParams p;
+  p.normalization = op;
+  p.causal = causal;
+  return add_layer<AttentionLayer>(LayerType::kATTENTION, p, {query, key, value});
+}
+
 void Network::set_layer_input(Layer* layer, int index, Tensor* t) {
   if (layer == nullptr || layer->net_ != this) throw InvalidArgument("[network] set_input: the layer is not in this network");
   check_tensor(t, layer->name(), index);

@@ -26,11 +26,17 @@ struct OpTraits {
   // constant).
   nlohmann::json (*to_json)(const LayerParams& params);
   LayerParams (*from_json)(const nlohmann::json& params);
+  // The keys of the parameters' JSON whose values may be fractions: the plan reader refuses a
+  // fraction under any other key (nlohmann casts a float to an integer type: undefined
+  // behaviour out of range) and a float beyond float32's range under these.
+  std::span<const std::string_view> float_keys = {};
 };
 
 // The traits of a layer kind; `type` must be a LayerType (every LayerParams index is).
 const OpTraits& op_traits(LayerType type);
 // The traits of the kind named `name` in a plan, or null.
 const OpTraits* find_op(std::string_view name);
+// Whether some kind's parameters have a float under `key` (OpTraits::float_keys).
+bool is_float_key(std::string_view key);
 
 }  // namespace tensoracle::graph

@@ -205,14 +205,13 @@ void bind_plugins(graph::Graph& g, const std::string& name) {
   }
 }
 
-// A plan's numbers are integers except the float parameters below (nlohmann converts a float to
-// an integer type, or a double to float, with a cast: undefined behaviour out of range). The
-// build record is kept as JSON for inspection and never converted.
+// A plan's numbers are integers except the float parameters the op units name
+// (OpTraits::float_keys; nlohmann converts a float to an integer type, or a double to float, with
+// a cast: undefined behaviour out of range). The build record is kept as JSON for inspection and
+// never converted.
 void check_numbers(const json& j, std::string_view key) {
-  static constexpr std::array<std::string_view, 6> kFloats = {"alpha", "beta", "blend_factor", "epsilon", "scales",
-                                                               "cubic_coeff"};
   if (j.is_number_float()) {
-    if (std::find(kFloats.begin(), kFloats.end(), key) == kFloats.end())
+    if (!graph::is_float_key(key))
       throw CorruptEngineError("[engine] its plan has a fraction where '" + std::string(key) + "' needs an integer");
     const double v = j.get<double>();
     if (!(std::fabs(v) <= static_cast<double>(std::numeric_limits<float>::max())))

@@ -12,11 +12,13 @@ changing only ``import tensorrt as trt`` to ``import tensoracle.trt as trt``.
 
 from tensoracle._native import (
     ActivationType,
+    AttentionNormalizationOp,
     DataType,
     ElementWiseOperation,
     Engine as ICudaEngine,
     GatherMode,
     IActivationLayer,
+    IAttention,
     ICastLayer,
     IConcatenationLayer,
     IConstantLayer,

@@ -39,6 +39,12 @@ using TensorRef = backends::common::TensorRef;
 // out may alias x.
 void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& out);
 
+// ops/attention.cpp
+// See AttentionParams. mask: null for none. Scores, the softmax and the products in float32
+// (online softmax over tiles of keys: no [queries, keys] buffer beyond a tile).
+void attention(const AttentionParams& p, const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* mask,
+               const TensorRef& out);
+
 // ops/cast.cpp
 // Any supported type to any; out may alias x when both types have the same size.
 void cast(const TensorRef& x, const TensorRef& out);

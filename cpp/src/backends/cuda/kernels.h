@@ -44,6 +44,11 @@ void bias_activation(const TensorRef& y, const void* bias, const ActivationParam
 void bias_activation_channels_last(const TensorRef& y, const void* bias, const ActivationParams* act,
                                    cudaStream_t stream);
 
+// ops/attention.cu
+// See AttentionParams. mask: null for none. Fused (online softmax in float32); head size <= 256.
+void attention(const AttentionParams& p, const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* mask,
+               const TensorRef& out, cudaStream_t stream);
+
 // ops/cast.cu
 void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 

@@ -31,10 +31,12 @@ ActivationParams params_from_json(const json& j) {
   return ActivationParams{enum_value<ActivationType>(kActs, j.at("type")), j.at("alpha").get<float>(), j.at("beta").get<float>()};
 }
 
+constexpr std::array<std::string_view, 2> kFloatKeys = {"alpha", "beta"};
+
 }  // namespace
 
 extern const OpTraits kActivationOp =
-    make_op<ActivationParams, infer_op, params_to_json, params_from_json>("activation", {1, 1});
+    make_op<ActivationParams, infer_op, params_to_json, params_from_json>("activation", {1, 1}, kFloatKeys);
 
 }  // namespace ops
 

@@ -56,8 +56,8 @@ constexpr LayerType layer_type_of() {
 }
 
 template <typename P, auto Infer, auto ToJson, auto FromJson>
-constexpr OpTraits make_op(std::string_view name, InputArity arity) {
-  OpTraits t{layer_type_of<P>(), name, arity, nullptr, nullptr, nullptr};
+constexpr OpTraits make_op(std::string_view name, InputArity arity, std::span<const std::string_view> float_keys = {}) {
+  OpTraits t{layer_type_of<P>(), name, arity, nullptr, nullptr, nullptr, float_keys};
   t.infer = [](const LayerParams& p, std::span<const TensorDesc> in, std::span<const InputFacts> facts, bool full) {
     return Infer(std::get<P>(p), in, facts, full);
   };

@@ -1,6 +1,9 @@
 // Op unit: the normalization layer. How backends run it: backends/cpu/ops/normalization.cpp and
 // backends/cuda/ops/normalization.cu where they exist. Every layer's unit is listed in
 // graph/ops/registry.cpp.
+#include <array>
+#include <string_view>
+
 #include "graph/ops/common.h"
 
 namespace tensoracle::graph {
@@ -46,10 +49,12 @@ NormalizationParams params_from_json(const json& j) {
   return NormalizationParams{j.at("axes").get<std::uint32_t>(), j.at("epsilon").get<float>(), j.at("num_groups").get<std::int32_t>()};
 }
 
+constexpr std::array<std::string_view, 1> kFloatKeys = {"epsilon"};
+
 }  // namespace
 
 extern const OpTraits kNormalizationOp =
-    make_op<NormalizationParams, infer_op, params_to_json, params_from_json>("normalization", {3, 3});
+    make_op<NormalizationParams, infer_op, params_to_json, params_from_json>("normalization", {3, 3}, kFloatKeys);
 
 }  // namespace ops
 

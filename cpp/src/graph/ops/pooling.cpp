@@ -45,10 +45,12 @@ PoolingParams params_from_json(const json& j) {
   return p;
 }
 
+constexpr std::array<std::string_view, 1> kFloatKeys = {"blend_factor"};
+
 }  // namespace
 
 extern const OpTraits kPoolingOp =
-    make_op<PoolingParams, infer_op, params_to_json, params_from_json>("pooling", {1, 1});
+    make_op<PoolingParams, infer_op, params_to_json, params_from_json>("pooling", {1, 1}, kFloatKeys);
 
 }  // namespace ops
 

@@ -13,7 +13,7 @@ namespace tensoracle {
 namespace graph {
 
 namespace ops {
-extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp;
+extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp, kAttentionOp;
 }  // namespace ops
 
 namespace {
@@ -47,6 +47,7 @@ const OpTraits* const kOps[] = {
     &ops::kTopkOp,
     &ops::kShapeOp,
     &ops::kPluginOp,
+    &ops::kAttentionOp,
 };
 static_assert(std::size(kOps) == std::variant_size_v<LayerParams>, "one op unit per LayerParams alternative");
 
@@ -56,6 +57,13 @@ const OpTraits& op_traits(LayerType type) {
   const auto i = static_cast<std::size_t>(type);
   if (i >= std::size(kOps)) throw InvalidArgument("[graph] layer type " + std::to_string(i) + " does not exist");
   return *kOps[i];
+}
+
+bool is_float_key(std::string_view key) {
+  for (const OpTraits* op : kOps)
+    for (std::string_view k : op->float_keys)
+      if (k == key) return true;
+  return false;
 }
 
 const OpTraits* find_op(std::string_view name) {

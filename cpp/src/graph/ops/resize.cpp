@@ -63,10 +63,12 @@ ResizeParams params_from_json(const json& j) {
   return p;
 }
 
+constexpr std::array<std::string_view, 2> kFloatKeys = {"scales", "cubic_coeff"};
+
 }  // namespace
 
 extern const OpTraits kResizeOp =
-    make_op<ResizeParams, infer_op, params_to_json, params_from_json>("resize", {1, 1});
+    make_op<ResizeParams, infer_op, params_to_json, params_from_json>("resize", {1, 1}, kFloatKeys);
 
 }  // namespace ops
 

@@ -12,7 +12,7 @@
 namespace tensoracle::cpu {
 
 namespace ops {
-extern const OpKernel kMatrixMultiplyKernel, kElementwiseKernel, kActivationKernel, kCastKernel, kQuantizeKernel, kDequantizeKernel, kShuffleKernel, kIdentityKernel, kUnaryKernel, kReduceKernel, kSoftmaxKernel, kConcatenationKernel, kSliceKernel, kGatherKernel, kSelectKernel, kPaddingKernel, kConvolutionKernel, kDeconvolutionKernel, kPoolingKernel, kNormalizationKernel, kResizeKernel, kEinsumKernel, kTopkKernel, kShapeKernel, kPluginKernel;
+extern const OpKernel kMatrixMultiplyKernel, kElementwiseKernel, kActivationKernel, kCastKernel, kQuantizeKernel, kDequantizeKernel, kShuffleKernel, kIdentityKernel, kUnaryKernel, kReduceKernel, kSoftmaxKernel, kConcatenationKernel, kSliceKernel, kGatherKernel, kSelectKernel, kPaddingKernel, kConvolutionKernel, kDeconvolutionKernel, kPoolingKernel, kNormalizationKernel, kResizeKernel, kEinsumKernel, kTopkKernel, kShapeKernel, kPluginKernel, kAttentionKernel;
 }  // namespace ops
 
 namespace {
@@ -47,6 +47,7 @@ const OpKernel* const kKernels[] = {
     &ops::kTopkKernel,
     &ops::kShapeKernel,
     &ops::kPluginKernel,
+    &ops::kAttentionKernel,
 };
 static_assert(std::size(kKernels) == std::variant_size_v<LayerParams>, "one entry per LayerParams alternative");
 

@@ -1,0 +1,272 @@
+"""add_attention (TensorRT's IAttention) end to end on every backend: a float64 reference written
+here (scores, masks, softmax or none, grouped-query heads) against each float type, shapes that
+cross the kernels' tiles, bool and additive masks that broadcast, causal attention, fully
+masked rows, dynamic shapes, and the checks when the layer is added."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tensoracle
+import tensoracle.trt as trt
+from layer_cases import NP_OF, TRT_OF, assert_float_close, build, rng_for
+
+SOFTMAX = trt.AttentionNormalizationOp.SOFTMAX
+NONE = trt.AttentionNormalizationOp.NONE
+
+
+def attention_ref(q, k, v, *, mask=None, causal=False, softmax=True, scale=1.0):
+    """float64 attention: out[b, n] = normalize(scale * q kᵀ + mask) v, key head n // (Nq / Nkv)."""
+    q64, k64, v64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    group = q64.shape[1] // k64.shape[1]
+    k64 = np.repeat(k64, group, axis=1)
+    v64 = np.repeat(v64, group, axis=1)
+    s = scale * (q64 @ np.swapaxes(k64, -1, -2))
+    keep = np.ones(s.shape, dtype=bool)
+    if causal:
+        keep &= np.tril(np.ones(s.shape[-2:], dtype=bool))
+    if mask is not None:
+        if mask.dtype == np.bool_:
+            keep &= np.broadcast_to(mask, s.shape)
+        else:
+            s = s + np.broadcast_to(np.asarray(mask, dtype=np.float64), s.shape)
+    if not softmax:
+        return np.where(keep, s, 0.0) @ v64
+    s = np.where(keep, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    empty = np.isneginf(m)
+    e = np.exp(s - np.where(empty, 0.0, m))
+    p = e / np.where(empty, 1.0, e.sum(axis=-1, keepdims=True))
+    return np.where(empty, 0.0, p) @ v64
+
+
+def sample(rng, shape, name):
+    return rng.uniform(-1, 1, shape).astype(np.float32).astype(NP_OF[name])
+
+
+def run_attention(device, q, k, v, *, mask=None, causal=False, norm=SOFTMAX, scale=None, profile=None):
+    inputs = {"q": q, "k": k, "v": v}
+    if mask is not None:
+        inputs["mask"] = mask
+
+    def graph(network):
+        t = {n: network.add_input(n, trt_type(a.dtype), tuple(-1 for _ in a.shape) if profile else a.shape)
+             for n, a in inputs.items()}
+        layer = network.add_attention(t["q"], t["k"], t["v"], norm, causal)
+        if mask is not None:
+            layer.mask = t["mask"]
+        if scale is not None:
+            layer.scale = scale
+        y = layer.get_output(0)
+        y.name = "y"
+        network.mark_output(y)
+
+    shapes = profile or {n: a.shape for n, a in inputs.items()}
+    engine = build(graph, shapes, device)
+    return engine.create_execution().run(inputs)["y"], engine
+
+
+def trt_type(dtype):
+    for name, dt in NP_OF.items():
+        if dt == np.dtype(dtype):
+            return TRT_OF[name]
+    raise KeyError(dtype)
+
+
+TOL = {"f32": dict(ulps=8, atol=2e-6), "f16": dict(ulps=1, atol=2e-5), "bf16": dict(ulps=1, atol=2e-5)}
+# The CUDA backend's tensor-core kernel rounds the probabilities to the input type before the
+# second product (as every flash-attention kernel does): about 2^-11 (float16) or 2^-8
+# (bfloat16) of the largest value, relative.
+TOL_CUDA = {"f32": TOL["f32"], "f16": dict(ulps=1, atol=6e-4), "bf16": dict(ulps=1, atol=4e-3)}
+
+
+def tol(device, t):
+    return (TOL if device == "cpu" else TOL_CUDA)[t]
+
+# (batch, query heads, key heads, queries, keys, head size): tiles of queries and keys crossed,
+# grouped- and multi-query heads, head sizes that are no power of two, one above 128
+SHAPES = [
+    (2, 4, 4, 7, 9, 16),
+    (1, 8, 2, 33, 70, 64),
+    (2, 4, 1, 5, 130, 32),
+    (1, 2, 2, 65, 65, 80),
+    (1, 1, 1, 3, 4, 200),
+    (1, 2, 2, 130, 129, 128),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("t", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_softmax_against_float64(device, shape, t, causal):
+    b, nq, nkv, sq, skv, h = shape
+    rng = rng_for("attention", shape, t, causal)
+    q, k, v = sample(rng, (b, nq, sq, h), t), sample(rng, (b, nkv, skv, h), t), sample(rng, (b, nkv, skv, h), t)
+    scale = 1 / math.sqrt(h)
+    y, _ = run_attention(device, q, k, v, causal=causal, scale=scale)
+    ref = attention_ref(q, k, v, causal=causal, scale=scale)
+    assert_float_close(y, ref, t, **tol(device, t), what=f"attention {shape} {t}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 4, 2, 70, 130, 64), (1, 2, 2, 9, 65, 128), (3, 2, 1, 33, 17, 32)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("t", ["f16", "bf16"])
+def test_cuda_row_kernel_matches_the_tensor_core_kernel(monkeypatch, shape, t):
+    """The head sizes the tensor-core kernel takes, through the row kernel too
+    (TENSORACLE_ATTENTION_KERNEL=rows): both against float64, with masks and causal."""
+    b, nq, nkv, sq, skv, h = shape
+    rng = rng_for("attention-kernels", shape, t)
+    q, k, v = sample(rng, (b, nq, sq, h), t), sample(rng, (b, nkv, skv, h), t), sample(rng, (b, nkv, skv, h), t)
+    mask = rng.random((b, 1, sq, skv)) < 0.8
+    results = {}
+    for kernel in ("flash", "rows"):
+        if kernel == "rows":
+            monkeypatch.setenv("TENSORACLE_ATTENTION_KERNEL", "rows")
+        for causal in (False, True):
+            m = None if causal else mask
+            y, _ = run_attention("cuda:0", q, k, v, mask=m, causal=causal, scale=0.125)
+            ref = attention_ref(q, k, v, mask=m, causal=causal, scale=0.125)
+            assert_float_close(y, ref, t, **(TOL_CUDA if kernel == "flash" else TOL)[t], what=f"{kernel} causal={causal}")
+            results[kernel, causal] = y
+    assert not all(np.array_equal(results["flash", c], results["rows", c]) for c in (False, True)), (
+        "the two kernels gave the same bits: the override did not reach the row kernel")
+
+
+@pytest.mark.parametrize("t", ["f32", "f16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_without_normalization(device, t, causal):
+    rng = rng_for("attention-none", t, causal)
+    q, k, v = sample(rng, (2, 2, 6, 16), t), sample(rng, (2, 1, 10, 16), t), sample(rng, (2, 1, 10, 16), t)
+    y, _ = run_attention(device, q, k, v, causal=causal, norm=NONE)
+    ref = attention_ref(q, k, v, causal=causal, softmax=False)
+    assert_float_close(y, ref, t, ulps=2, atol=1e-4, rtol=1e-5, what="attention NONE")
+
+
+# mask dims: a padding mask per batch and key [B, 1, 1, Skv], one per head and query, one shared
+MASKS = [(2, 1, 1, 70), (2, 4, 9, 70), (1, 1, 9, 70), (1, 4, 1, 1)]
+
+
+@pytest.mark.parametrize("mshape", MASKS, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+@pytest.mark.parametrize("t", ["f32", "bf16"])
+def test_attention_masks_broadcast(device, mshape, kind, t):
+    rng = rng_for("attention-mask", mshape, kind, t)
+    q, k, v = sample(rng, (2, 4, 9, 32), t), sample(rng, (2, 2, 70, 32), t), sample(rng, (2, 2, 70, 32), t)
+    if kind == "bool":
+        mask = rng.random(mshape) < 0.7
+        mask.reshape(-1)[0] = True
+    else:
+        mask = rng.uniform(-3, 1, mshape).astype(np.float32).astype(NP_OF[t])
+    y, _ = run_attention(device, q, k, v, mask=mask, scale=0.2)
+    ref = attention_ref(q, k, v, mask=mask, scale=0.2)
+    assert_float_close(y, ref, t, **tol(device, t), what=f"attention mask {mshape} {kind}")
+
+
+def test_attention_fully_masked_rows_give_zeros(device):
+    rng = rng_for("attention-empty")
+    q, k, v = sample(rng, (1, 2, 4, 8), "f32"), sample(rng, (1, 2, 5, 8), "f32"), sample(rng, (1, 2, 5, 8), "f32")
+    mask = np.ones((1, 1, 4, 5), dtype=bool)
+    mask[0, 0, 1, :] = False  # query 1 may attend nothing
+    additive = np.zeros((1, 1, 4, 5), dtype=np.float32)
+    additive[0, 0, 2, :] = -np.inf  # nor query 2 here
+    for m in (mask, additive):
+        y, _ = run_attention(device, q, k, v, mask=m)
+        assert np.all(y[:, :, 1 if m is mask else 2] == 0), y
+        assert_float_close(y, attention_ref(q, k, v, mask=m), "f32", **tol(device, "f32"), what="masked rows")
+
+
+def test_attention_dynamic_shapes(device):
+    profile = {
+        n: tensoracle.InputShape.ranged((1, heads, 1, 32), (2, heads, 64, 32), (4, heads, 128, 32))
+        for n, heads in (("q", 4), ("k", 2), ("v", 2))
+    }
+    rng = rng_for("attention-dynamic")
+
+    def graph(network):
+        t = {n: network.add_input(n, trt.float16, (-1, 4 if n == "q" else 2, -1, 32)) for n in ("q", "k", "v")}
+        layer = network.add_attention(t["q"], t["k"], t["v"], SOFTMAX, True)
+        y = layer.get_output(0)
+        y.name = "y"
+        network.mark_output(y)
+
+    execution = build(graph, profile, device).create_execution()
+    for b, sq, skv in [(1, 1, 1), (3, 100, 128), (2, 64, 17)]:
+        q = sample(rng, (b, 4, sq, 32), "f16")
+        k, v = sample(rng, (b, 2, skv, 32), "f16"), sample(rng, (b, 2, skv, 32), "f16")
+        y = execution.run({"q": q, "k": k, "v": v})["y"]
+        assert_float_close(y, attention_ref(q, k, v, causal=True), "f16", **tol(device, "f16"),
+                           what=f"dynamic {b},{sq},{skv}")
+
+
+def test_attention_layer_properties_and_plan():
+    def graph(network):
+        q = network.add_input("q", trt.float32, (1, 2, 3, 4))
+        kv = network.add_input("kv", trt.float32, (1, 1, 5, 4))
+        m = network.add_input("m", trt.bool, (1, 1, 1, 5))
+        layer = network.add_attention(q, kv, kv, SOFTMAX, False)
+        assert layer.type == trt.LayerType.ATTENTION and layer.num_inputs == 3 and layer.mask is None
+        layer.mask = m
+        assert layer.num_inputs == 4 and layer.mask.name == "m"
+        layer.decomposable = True
+        layer.scale = 0.5
+        assert (layer.norm_op, layer.causal, layer.decomposable, layer.scale) == (SOFTMAX, False, True, 0.5)
+        with pytest.raises(tensoracle.InvalidArgument, match="causal attention takes no mask"):
+            layer.causal = True
+        assert layer.causal is False  # the failed setter left the layer as it was
+        y = layer.get_output(0)
+        y.name = "y"
+        network.mark_output(y)
+
+    engine = build(graph, {"q": (1, 2, 3, 4), "kv": (1, 1, 5, 4), "m": (1, 1, 1, 5)}, "cpu")
+    attention = [layer for layer in engine.layers() if layer.type == "attention"]
+    assert len(attention) == 1 and list(attention[0].inputs) == ["q", "kv", "kv", "m"], [
+        (layer.type, list(layer.inputs)) for layer in engine.layers()]
+
+
+@pytest.mark.parametrize(
+    "dims, message",
+    [
+        ({"q": (1, 3, 4, 8), "k": (1, 2, 5, 8)}, "not a multiple of the key's 2"),
+        ({"q": (1, 2, 4, 8), "k": (1, 2, 5, 16)}, "head size 8 differs from the key's 16"),
+        ({"q": (2, 2, 4, 8), "k": (1, 2, 5, 8)}, "batch 2 differs"),
+        ({"q": (2, 4, 8), "k": (1, 2, 5, 8)}, "rank-4"),
+    ],
+)
+def test_attention_refuses_inconsistent_inputs(dims, message):
+    net = tensoracle.Network()
+    q = net.add_input("q", trt.float32, dims["q"])
+    k = net.add_input("k", trt.float32, dims["k"])
+    with pytest.raises(tensoracle.InvalidArgument, match="attention") as info:
+        net.add_attention(q, k, k, SOFTMAX, False)
+    assert message in str(info.value)
+
+
+def test_attention_refuses_bad_masks_and_types():
+    net = tensoracle.Network()
+    q = net.add_input("q", trt.float16, (1, 2, 4, 8))
+    k = net.add_input("k", trt.float16, (1, 2, 5, 8))
+    k32 = net.add_input("k32", trt.float32, (1, 2, 5, 8))
+    bad_masks = [
+        (net.add_input("m_int", trt.int32, (1, 1, 4, 5)), "bool or the query's float16"),
+        (net.add_input("m_f32", trt.float32, (1, 1, 4, 5)), "bool or the query's float16"),
+        (net.add_input("m_queries", trt.bool, (1, 1, 3, 5)), "each must be 1 or"),
+        (net.add_input("m_rank", trt.bool, (4, 5)), "rank-4"),
+    ]
+    good_mask = net.add_input("m", trt.bool, (1, 1, 4, 5))
+    with pytest.raises(tensoracle.InvalidArgument, match="input 1 \\(key\\) has type float32"):
+        net.add_attention(q, k32, k, SOFTMAX, False)
+    layer = net.add_attention(q, k, k, SOFTMAX, False)
+    for m, message in bad_masks:
+        with pytest.raises(tensoracle.InvalidArgument, match="attention") as info:
+            layer.mask = m
+        assert message in str(info.value)
+        assert layer.mask is None  # the refused mask was not kept
+    causal = net.add_attention(q, k, k, SOFTMAX, True)
+    with pytest.raises(tensoracle.InvalidArgument, match="causal attention takes no mask"):
+        causal.mask = good_mask
+    layer.mask = good_mask
+    assert layer.mask.name == "m"
