@@ -270,3 +270,81 @@ def test_attention_refuses_bad_masks_and_types():
         causal.mask = good_mask
     layer.mask = good_mask
     assert layer.mask.name == "m"
+
+
+# ---- the attention fusion pass (builder::fuse_attention) -----------------------------------
+
+
+def decomposed_graph(q, k, v, mask, *, scale_op="PROD", mask_first=False, scores_output=False, causal_free=True):
+    """MatMul(Q, Kᵀ) -> scale -> + mask -> softmax(last axis) -> MatMul(·, V), as graph code
+    writes attention (examples/minilm.py). Returns the graph function; output "y"."""
+    E = trt.ElementWiseOperation
+
+    def graph(network):
+        dt = trt_type(q.dtype)
+        t = {n: network.add_input(n, dt, a.shape) for n, a in (("q", q), ("k", k), ("v", v))}
+        s = network.add_matrix_multiply(t["q"], trt.MatrixOperation.NONE, t["k"], trt.MatrixOperation.TRANSPOSE)
+        s.name = "scores"
+        s = s.get_output(0)
+        if scale_op:
+            h = q.shape[-1]
+            c = np.full((1, 1, 1, 1), 1 / math.sqrt(h) if scale_op == "PROD" else math.sqrt(h), dtype=q.dtype)
+            layer = network.add_elementwise(s, network.add_constant(c.shape, c).get_output(0), getattr(E, scale_op))
+            layer.name = "scale"
+            s = layer.get_output(0)
+        if mask is not None:
+            m = network.add_input("mask", dt, mask.shape)
+            layer = network.add_elementwise(m, s, E.SUM) if mask_first else network.add_elementwise(s, m, E.SUM)
+            layer.name = "masked"
+            s = layer.get_output(0)
+        if scores_output:
+            s.name = "scores_out"
+            network.mark_output(s)
+        sm = network.add_softmax(s)
+        sm.axes = 1 << 3
+        sm.name = "probs"
+        pv = network.add_matrix_multiply(sm.get_output(0), trt.MatrixOperation.NONE, t["v"], trt.MatrixOperation.NONE)
+        pv.name = "context"
+        y = pv.get_output(0)
+        y.name = "y"
+        network.mark_output(y)
+
+    return graph
+
+
+@pytest.mark.parametrize("scale_op", ["PROD", "DIV", None])
+@pytest.mark.parametrize("with_mask, mask_first", [(True, False), (True, True), (False, False)],
+                         ids=["mask", "mask-first", "no-mask"])
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_builder_fuses_decomposed_attention(device, scale_op, with_mask, mask_first, t):
+    rng = rng_for("fusion", scale_op, with_mask, mask_first, t)
+    q, k, v = sample(rng, (2, 4, 9, 32), t), sample(rng, (2, 4, 11, 32), t), sample(rng, (2, 4, 11, 32), t)
+    mask = None
+    if with_mask:
+        mask = np.where(rng.random((2, 1, 1, 11)) < 0.8, 0.0, -10000.0).astype(NP_OF[t])
+    inputs = {"q": q, "k": k, "v": v, **({"mask": mask} if with_mask else {})}
+    graph = decomposed_graph(q, k, v, mask, scale_op=scale_op, mask_first=mask_first)
+    engine = build(graph, {n: a.shape for n, a in inputs.items()}, device)
+    layers = engine.layers()
+    assert [layer.type for layer in layers] == ["attention"], [(layer.name, layer.type) for layer in layers]
+    expected = ["scores"] + (["scale"] if scale_op else []) + (["masked"] if with_mask else []) + ["probs"]
+    assert list(layers[0].fused) == expected
+    y = engine.create_execution().run(inputs)["y"]
+    # the scale constant has the network's type; the node takes its value
+    scale = 1.0
+    if scale_op == "PROD":
+        scale = float(np.asarray(1 / math.sqrt(32), dtype=NP_OF[t]))
+    elif scale_op == "DIV":
+        scale = 1 / float(np.asarray(math.sqrt(32), dtype=NP_OF[t]))
+    ref = attention_ref(q, k, v, mask=mask, scale=scale)
+    assert_float_close(y, ref, t, **tol(device, t), what="fused attention")
+
+
+def test_builder_leaves_attention_whose_scores_are_read_elsewhere():
+    rng = rng_for("fusion-negative")
+    q, k, v = sample(rng, (1, 2, 4, 8), "f32"), sample(rng, (1, 2, 5, 8), "f32"), sample(rng, (1, 2, 5, 8), "f32")
+    graph = decomposed_graph(q, k, v, None, scores_output=True)
+    engine = build(graph, {"q": q.shape, "k": k.shape, "v": v.shape}, "cpu")
+    assert "attention" not in [layer.type for layer in engine.layers()]
+    out = engine.create_execution().run({"q": q, "k": k, "v": v})
+    assert_float_close(out["y"], attention_ref(q, k, v, scale=1 / math.sqrt(8)), "f32", ulps=64, what="unfused")

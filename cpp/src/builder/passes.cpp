@@ -1,7 +1,15 @@
 #include "builder/passes.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "core/numeric.h"
+#include "graph/ops.h"
 
 namespace tensoracle::builder {
 
@@ -200,6 +208,130 @@ PassLog fuse_pointwise(Graph& g, const FusionPolicy& can_fuse) {
   }
   // Absorbed nodes go; so do the intermediate values they read, which nothing references now.
   graph::compact(g, absorbed);
+  return log;
+}
+
+
+namespace {
+
+// The node producing value `v` when `v` has exactly one reader and is no network output (a
+// rewrite may then drop it), else null.
+Node* sole_producer(Graph& g, const std::vector<std::vector<int>>& readers, int v) {
+  const auto& val = g.values[static_cast<std::size_t>(v)];
+  if (val.producer < 0 || val.is_output || readers[static_cast<std::size_t>(v)].size() != 1) return nullptr;
+  Node& n = g.nodes[static_cast<std::size_t>(val.producer)];
+  if (!n.epilogue.empty() || !n.extra_outputs.empty() || n.quantized()) return nullptr;
+  return &n;
+}
+
+// The value of a one-element float constant, or nothing.
+std::optional<double> scalar_constant(const Graph& g, int v) {
+  const auto& val = g.values[static_cast<std::size_t>(v)];
+  if (!val.constant || val.desc.dims.volume() != 1) return std::nullopt;
+  const void* p = val.constant->values();
+  switch (val.desc.type) {
+    case DataType::kFLOAT: return static_cast<double>(*static_cast<const float*>(p));
+    case DataType::kHALF: return static_cast<double>(core::half_to_float(*static_cast<const std::uint16_t*>(p)));
+    case DataType::kBF16: return static_cast<double>(core::bf16_to_float(*static_cast<const std::uint16_t*>(p)));
+    default: return std::nullopt;
+  }
+}
+
+bool is_float_desc(const graph::TensorDesc& d) {
+  return d.type == DataType::kFLOAT || d.type == DataType::kHALF || d.type == DataType::kBF16;
+}
+
+}  // namespace
+
+PassLog fuse_attention(Graph& g) {
+  PassLog log{"fuse_attention", {}};
+  const auto readers = g.consumers();
+  std::vector<bool> removed(g.nodes.size(), false);
+  auto index_of = [&](const Node* n) { return static_cast<std::size_t>(n - g.nodes.data()); };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& pv = g.nodes[i];
+    const auto* pv_mm = std::get_if<MatrixMultiplyParams>(&pv.params);
+    if (removed[i] || !pv_mm || pv_mm->op0 != MatrixOperation::kNONE || pv_mm->op1 != MatrixOperation::kNONE ||
+        pv.quantized() || !pv.epilogue.empty())
+      continue;
+    // P = softmax(S) over the last of four dims
+    Node* softmax = sole_producer(g, readers, pv.inputs[0]);
+    if (!softmax || softmax->type() != LayerType::kSOFTMAX) continue;
+    const graph::TensorDesc& scores = g.values[static_cast<std::size_t>(softmax->output)].desc;
+    if (scores.dims.rank() != 4 || graph::softmax_axis(std::get<SoftmaxParams>(softmax->params), 4) != 3) continue;
+    std::vector<Node*> chain = {softmax};
+    // S = ((Q · Kᵀ) * c + M), the scaling and the mask each optional, in either order
+    int cur = softmax->inputs[0], mask = -1;
+    double scale = 1.0;
+    bool scaled = false, ok = true;
+    Node* qk = nullptr;
+    for (int step = 0; step < 3 && ok && !qk; ++step) {
+      Node* n = sole_producer(g, readers, cur);
+      if (!n) ok = false;
+      else if (const auto* mm = std::get_if<MatrixMultiplyParams>(&n->params)) {
+        ok = mm->op0 == MatrixOperation::kNONE && mm->op1 == MatrixOperation::kTRANSPOSE;
+        qk = n;
+      } else if (const auto* ew = std::get_if<ElementWiseParams>(&n->params)) {
+        const int a = n->inputs[0], b = n->inputs[1];
+        const auto sa = scalar_constant(g, a), sb = scalar_constant(g, b);
+        if (ew->op == ElementWiseOperation::kPROD && !scaled && (sa || sb)) {
+          scale *= sb ? *sb : *sa;
+          cur = sb ? a : b;
+          scaled = true;
+        } else if (ew->op == ElementWiseOperation::kDIV && !scaled && sb && *sb != 0.0) {
+          scale /= *sb;
+          cur = a;
+          scaled = true;
+        } else if (ew->op == ElementWiseOperation::kSUM && mask < 0 && !sa && !sb) {
+          // the scores are the operand of the scores' dims that a product or a scaling produced
+          auto continues = [&](int v) {
+            const int p = g.values[static_cast<std::size_t>(v)].producer;
+            return p >= 0 && g.values[static_cast<std::size_t>(v)].desc.dims == scores.dims &&
+                   (g.nodes[static_cast<std::size_t>(p)].type() == LayerType::kMATRIX_MULTIPLY ||
+                    g.nodes[static_cast<std::size_t>(p)].type() == LayerType::kELEMENTWISE);
+          };
+          if (continues(a)) std::tie(cur, mask) = std::pair{a, b};
+          else if (continues(b)) std::tie(cur, mask) = std::pair{b, a};
+          else ok = false;
+        } else {
+          ok = false;
+        }
+        if (ok) chain.push_back(n);
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok || !qk) continue;
+    chain.push_back(qk);
+    const int q = qk->inputs[0], k = qk->inputs[1], v = pv.inputs[1];
+    const auto& qd = g.values[static_cast<std::size_t>(q)].desc;
+    const auto& kd = g.values[static_cast<std::size_t>(k)].desc;
+    const auto& vd = g.values[static_cast<std::size_t>(v)].desc;
+    if (!is_float_desc(qd) || kd.type != qd.type || vd.type != qd.type || scores.type != qd.type) continue;
+    if (qd.dims.rank() != 4 || kd.dims.rank() != 4 || !(kd.dims == vd.dims)) continue;
+    if (qd.dims[0] != kd.dims[0] || qd.dims[3] != kd.dims[3]) continue;  // no batch broadcast; one head size
+    if (!(qd.dims[1] == kd.dims[1] || kd.dims[1] == 1)) continue;
+    if (mask >= 0) {
+      const auto& md = g.values[static_cast<std::size_t>(mask)].desc;
+      if (md.type != qd.type || md.dims.rank() != 4) continue;
+      if (const int mp = g.values[static_cast<std::size_t>(mask)].producer; mp >= static_cast<int>(i)) continue;
+    }
+    if (!std::isfinite(scale) || std::fabs(scale) > std::numeric_limits<float>::max()) continue;
+    AttentionParams p;
+    p.scale = static_cast<float>(scale);
+    std::string names;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      removed[index_of(*it)] = true;
+      pv.absorbed.push_back((*it)->name);
+      names += "'" + (*it)->name + "', ";
+    }
+    pv.params = p;
+    pv.inputs = {q, k, v};
+    if (mask >= 0) pv.inputs.push_back(mask);
+    log.changes.push_back("fused " + names + "'" + pv.name + "' into one attention node '" + pv.name + "' (scale " +
+                          std::to_string(p.scale) + (mask >= 0 ? ", mask '" + g.values[static_cast<std::size_t>(mask)].name + "'" : "") + ")");
+  }
+  graph::compact(g, removed);
   return log;
 }
 

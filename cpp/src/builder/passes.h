@@ -34,6 +34,16 @@ PassLog constant_fold(graph::Graph& g, const ConstantEvaluator& evaluate, std::u
 // nodes left without readers go with the next dead_code pass.
 PassLog fold_qdq(graph::Graph& g);
 
+// Fuses attention written as layers into one attention node (AttentionParams):
+//   S = Q · Kᵀ   (a matrix multiply, op1 TRANSPOSE; Q [B, N, Sq, H], K [B, Nkv, Skv, H], Nkv N or 1)
+//   S = S * c, c * S or S / c   (optional; c a one-element constant: the node's scale)
+//   S = S + M or M + S          (optional; M of rank 4 and the scores' type: the node's mask)
+//   P = softmax(S) over the last axis;   O = P · V   (V with K's dims)
+// the scaling and the mask in either order, every intermediate read once and no network
+// output. The attention node takes the final product's place and name; the layers it absorbed
+// are listed in Node::absorbed (tensoracle inspect shows them as fused).
+PassLog fuse_attention(graph::Graph& g);
+
 // Fuses chains of pointwise layers (activation, cast, elementwise whose other operand
 // broadcasts into the result, quantize with a per-tensor constant scale) into the node
 // producing their input, when that input has no

@@ -25,7 +25,8 @@ DataType arithmetic_type(const Graph& g, const Node& n) {
 }
 
 std::vector<std::string> fused_layers(const Node& n) {
-  std::vector<std::string> names = n.folded_dequantize;
+  std::vector<std::string> names = n.absorbed;
+  names.insert(names.end(), n.folded_dequantize.begin(), n.folded_dequantize.end());
   for (const auto& op : n.epilogue) names.push_back(op.layer);
   return names;
 }

@@ -55,6 +55,9 @@ struct Node {
   // one-element float32 scales — and the product reads dequantize(a_q, a_scale) and
   // dequantize(b_q, b_scale) in its own result's type (main_desc.type).
   std::vector<std::string> folded_dequantize;
+  // The layers a rewrite pass merged into this node's own op (builder::fuse_attention: the
+  // scores' product, scaling, mask and softmax of an attention), in graph order.
+  std::vector<std::string> absorbed;
 
   bool quantized() const noexcept { return !folded_dequantize.empty(); }
   LayerType type() const noexcept { return static_cast<LayerType>(params.index()); }

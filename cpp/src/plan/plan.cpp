@@ -130,6 +130,7 @@ json plan_to_json(const Plan& plan) {
               {"inputs", n.inputs}, {"output", n.output}, {"extra_outputs", n.extra_outputs}, {"main", desc_json(n.main_desc)},
               {"tactic", graph::tactic_json(n.tactic)}};
     if (n.quantized()) e["folded_dequantize"] = n.folded_dequantize;
+    if (!n.absorbed.empty()) e["absorbed"] = n.absorbed;
     auto& ep = e["epilogue"] = json::array();
     for (const auto& op : n.epilogue)
       ep.push_back({{"layer_name", op.layer},
@@ -360,6 +361,7 @@ Plan read_engine(std::span<const std::byte> bytes, const std::string& name, std:
         n.folded_dequantize = e.at("folded_dequantize").get<std::vector<std::string>>();
         if (n.folded_dequantize.size() != 2) throw corrupt("node '" + n.name + "' folds a number of dequantize layers other than 2");
       }
+      if (e.contains("absorbed")) n.absorbed = e.at("absorbed").get<std::vector<std::string>>();
       for (const auto& o : e.at("epilogue")) {
         graph::EpilogueOp op;
         op.layer = o.at("layer_name").get<std::string>();
