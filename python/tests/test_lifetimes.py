@@ -159,6 +159,7 @@ def graph(net):
     add("add_normalization", x, s, s, 0b1100)
     add("add_resize", x)
     add("add_einsum", [m, c], "ij,jk->ik")
+    add("add_attention", x, x, x, trt.AttentionNormalizationOp.SOFTMAX, True)
     y = mm.get_output(0)
     y.name = "y"
     net.mark_output(y)
