@@ -212,3 +212,65 @@ TEST(Passes, FoldQdqRewritesAQuantizedProductIntoOneNode) {
   EXPECT_EQ(g.values[static_cast<std::size_t>(n.inputs[2])].desc.dims, (Dims{1}));
   EXPECT_EQ(graph::arithmetic_type(g, n), DataType::kINT8);
 }
+
+namespace {
+
+// scores = Q · Kᵀ, * 0.125, + mask, softmax over the last axis, · V; `mask_reader` gives the
+// masked scores a second reader (no fusion then).
+Graph decomposed_attention(bool second_reader) {
+  Network net;
+  auto* q = net.add_input("q", DataType::kFLOAT, {2, 4, 8, 16});
+  auto* k = net.add_input("k", DataType::kFLOAT, {2, 1, 9, 16});
+  auto* v = net.add_input("v", DataType::kFLOAT, {2, 1, 9, 16});
+  auto* mask = net.add_input("mask", DataType::kFLOAT, {2, 1, 1, 9});
+  auto* s = net.add_matrix_multiply(q, MatrixOperation::kNONE, k, MatrixOperation::kTRANSPOSE);
+  s->set_name("scores");
+  auto* c = net.add_constant({1, 1, 1, 1}, floats({0.125f}))->get_output(0);
+  auto* scaled = net.add_elementwise(c, s->get_output(0), ElementWiseOperation::kPROD);
+  scaled->set_name("scale");
+  auto* masked = net.add_elementwise(scaled->get_output(0), mask, ElementWiseOperation::kSUM);
+  masked->set_name("mask_add");
+  auto* p = net.add_softmax(masked->get_output(0));
+  p->set({1u << 3});
+  p->set_name("probs");
+  auto* o = net.add_matrix_multiply(p->get_output(0), MatrixOperation::kNONE, v, MatrixOperation::kNONE);
+  o->set_name("context");
+  net.mark_output(o->get_output(0));
+  if (second_reader) net.mark_output(masked->get_output(0));
+  return graph::from_network(net);
+}
+
+}  // namespace
+
+TEST(Passes, AttentionFusionReplacesTheDecomposedChainByOneNode) {
+  Graph g = decomposed_attention(false);
+  auto log = builder::fuse_attention(g, [](const Graph&, const graph::Node&) { return true; });
+  graph::verify(g, "fuse_attention");
+  ASSERT_EQ(g.nodes.size(), 1u);
+  const auto& n = g.nodes[0];
+  EXPECT_EQ(n.name, "context");
+  ASSERT_EQ(n.type(), LayerType::kATTENTION);
+  EXPECT_FLOAT_EQ(std::get<AttentionParams>(n.params).scale, 0.125f);
+  EXPECT_EQ(n.absorbed, (std::vector<std::string>{"scores", "scale", "mask_add", "probs"}));
+  ASSERT_EQ(n.inputs.size(), 4u);
+  EXPECT_EQ(g.values[static_cast<std::size_t>(n.inputs[3])].name, "mask");
+  EXPECT_EQ(graph::fused_layers(n), n.absorbed);
+  ASSERT_EQ(log.changes.size(), 1u);
+  EXPECT_NE(log.changes[0].find("'probs'"), std::string::npos);
+}
+
+TEST(Passes, AttentionFusionLeavesSharedScoresAndRefusedCandidates) {
+  Graph shared = decomposed_attention(true);
+  builder::fuse_attention(shared, [](const Graph&, const graph::Node&) { return true; });
+  EXPECT_EQ(shared.nodes.size(), 5u);
+  Graph refused = decomposed_attention(false);
+  int asked = 0;
+  auto log = builder::fuse_attention(refused, [&](const Graph&, const graph::Node& n) {
+    ++asked;
+    EXPECT_EQ(n.type(), LayerType::kATTENTION);
+    return false;
+  });
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(refused.nodes.size(), 5u);
+  EXPECT_TRUE(log.changes.empty());
+}

@@ -83,6 +83,10 @@ TOL = {"f32": dict(ulps=8, atol=2e-6), "f16": dict(ulps=1, atol=2e-5), "bf16": d
 TOL_CUDA = {"f32": TOL["f32"], "f16": dict(ulps=1, atol=6e-4), "bf16": dict(ulps=1, atol=4e-3)}
 
 
+# (device, type) where the builder replaces decomposed attention by the fused node
+FUSES_ATTENTION: dict = {}
+
+
 def tol(device, t):
     return (TOL if device == "cpu" else TOL_CUDA)[t]
 
@@ -316,7 +320,7 @@ def decomposed_graph(q, k, v, mask, *, scale_op="PROD", mask_first=False, scores
 @pytest.mark.parametrize("with_mask, mask_first", [(True, False), (True, True), (False, False)],
                          ids=["mask", "mask-first", "no-mask"])
 @pytest.mark.parametrize("t", ["f32", "f16"])
-def test_builder_fuses_decomposed_attention(device, scale_op, with_mask, mask_first, t):
+def test_builder_fuses_decomposed_attention_where_the_backend_gains(device, scale_op, with_mask, mask_first, t):
     rng = rng_for("fusion", scale_op, with_mask, mask_first, t)
     q, k, v = sample(rng, (2, 4, 9, 32), t), sample(rng, (2, 4, 11, 32), t), sample(rng, (2, 4, 11, 32), t)
     mask = None
@@ -326,9 +330,16 @@ def test_builder_fuses_decomposed_attention(device, scale_op, with_mask, mask_fi
     graph = decomposed_graph(q, k, v, mask, scale_op=scale_op, mask_first=mask_first)
     engine = build(graph, {n: a.shape for n, a in inputs.items()}, device)
     layers = engine.layers()
-    assert [layer.type for layer in layers] == ["attention"], [(layer.name, layer.type) for layer in layers]
-    expected = ["scores"] + (["scale"] if scale_op else []) + (["masked"] if with_mask else []) + ["probs"]
-    assert list(layers[0].fused) == expected
+    types = [layer.type for layer in layers]
+    # where the backend's fused kernel wins (Backend::fuses_attention): not yet on the CPU (its
+    # GEMMs are faster than its fused kernel so far), nor on CUDA until the tensor-core kernel has
+    # been measured against the layers on the device
+    if FUSES_ATTENTION.get((device, t), False):
+        assert types == ["attention"], [(layer.name, layer.type) for layer in layers]
+        expected = ["scores"] + (["scale"] if scale_op else []) + (["masked"] if with_mask else []) + ["probs"]
+        assert list(layers[0].fused) == expected
+    else:
+        assert "attention" not in types, types
     y = engine.create_execution().run(inputs)["y"]
     # the scale constant has the network's type; the node takes its value
     scale = 1.0
@@ -337,7 +348,9 @@ def test_builder_fuses_decomposed_attention(device, scale_op, with_mask, mask_fi
     elif scale_op == "DIV":
         scale = 1 / float(np.asarray(math.sqrt(32), dtype=NP_OF[t]))
     ref = attention_ref(q, k, v, mask=mask, scale=scale)
-    assert_float_close(y, ref, t, **tol(device, t), what="fused attention")
+    # the unfused layers round the scores to the network's type between steps
+    slack = dict(ulps=2, atol=2e-3) if t == "f16" and "attention" not in types else tol(device, t)
+    assert_float_close(y, ref, t, **slack, what="attention")
 
 
 def test_builder_leaves_attention_whose_scores_are_read_elsewhere():

@@ -22,7 +22,7 @@ namespace tensoracle::backends {
 // that a library of another version refuses before it reads them. Whether the structures passed
 // after that match is the build identity's check (backends/build_identity.h), which needs no
 // bump: any change to the headers that define them changes it.
-inline constexpr int kBackendAbiVersion = 6;  // 2: plugin nodes; 3: Timeline; 4: TacticQuery; 5: build identity; 6: typed tactics, layouts, multi-output nodes
+inline constexpr int kBackendAbiVersion = 7;  // 2: plugin nodes; 3: Timeline; 4: TacticQuery; 5: build identity; 6: typed tactics, layouts, multi-output nodes; 7: fuses_attention
 
 struct Buffer {
   void* data = nullptr;  // in the backend's memory
@@ -75,6 +75,9 @@ class Backend {
   // Empty when supported; else why not (the builder raises BuildError with it).
   virtual std::string unsupported_reason(const graph::Graph& g, const graph::Node& n) const = 0;
   virtual bool can_fuse(const graph::Graph& g, const graph::Node& producer, const graph::EpilogueOp& op) const = 0;
+  // Whether builder::fuse_attention should replace the decomposed attention by `attention` (an
+  // attention node, its inputs set): where the backend's fused kernel beats the layers it replaces.
+  virtual bool fuses_attention(const graph::Graph& g, const graph::Node& attention) const = 0;
   // Candidate tactics for the node, best guess first.
   virtual std::vector<graph::Tactic> tactics(const graph::Graph& g, const graph::Node& n) const = 0;
   // The tactic to store for node `n`, and the layout its output is stored in (graph/tactic.h):

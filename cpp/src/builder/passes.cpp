@@ -243,7 +243,7 @@ bool is_float_desc(const graph::TensorDesc& d) {
 
 }  // namespace
 
-PassLog fuse_attention(Graph& g) {
+PassLog fuse_attention(Graph& g, const AttentionPolicy& accept) {
   PassLog log{"fuse_attention", {}};
   const auto readers = g.consumers();
   std::vector<bool> removed(g.nodes.size(), false);
@@ -319,6 +319,14 @@ PassLog fuse_attention(Graph& g) {
     if (!std::isfinite(scale) || std::fabs(scale) > std::numeric_limits<float>::max()) continue;
     AttentionParams p;
     p.scale = static_cast<float>(scale);
+    Node candidate;
+    candidate.name = pv.name;
+    candidate.params = p;
+    candidate.inputs = {q, k, v};
+    if (mask >= 0) candidate.inputs.push_back(mask);
+    candidate.output = pv.output;
+    candidate.main_desc = pv.main_desc;
+    if (!accept(g, candidate)) continue;
     std::string names;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       removed[index_of(*it)] = true;

@@ -42,7 +42,9 @@ PassLog fold_qdq(graph::Graph& g);
 // the scaling and the mask in either order, every intermediate read once and no network
 // output. The attention node takes the final product's place and name; the layers it absorbed
 // are listed in Node::absorbed (tensoracle inspect shows them as fused).
-PassLog fuse_attention(graph::Graph& g);
+// `accept` sees each candidate (the attention node as it would be) and may refuse it.
+using AttentionPolicy = std::function<bool(const graph::Graph&, const graph::Node&)>;
+PassLog fuse_attention(graph::Graph& g, const AttentionPolicy& accept);
 
 // Fuses chains of pointwise layers (activation, cast, elementwise whose other operand
 // broadcasts into the result, quantize with a per-tensor constant scale) into the node

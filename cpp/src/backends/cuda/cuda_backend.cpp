@@ -84,6 +84,11 @@ class CudaBackend final : public Device {
     return "";
   }
 
+  // Not yet: the tensor-core kernel (ops/attention.cu; cuda::attention_tensor_cores says where it
+  // runs) is to replace the layers once it has run and been timed against them on the GPU; the
+  // row kernel is no faster than the layers' GEMMs and softmax.
+  bool fuses_attention(const graph::Graph&, const graph::Node&) const override { return false; }
+
   bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {
     if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;
     if (const auto* s = std::get_if<SliceParams>(&producer.params); s && (s->tensor_inputs & 0x7)) return false;

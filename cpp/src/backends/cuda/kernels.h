@@ -48,6 +48,9 @@ void bias_activation_channels_last(const TensorRef& y, const void* bias, const A
 // See AttentionParams. mask: null for none. Fused (online softmax in float32); head size <= 256.
 void attention(const AttentionParams& p, const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* mask,
                const TensorRef& out, cudaStream_t stream);
+// Whether float16 / bfloat16 attention of this head size runs on tensor cores on the current
+// device (sm80+, head size 32, 64 or 128; not with TENSORACLE_ATTENTION_KERNEL=rows).
+bool attention_tensor_cores(std::int64_t head_size);
 
 // ops/cast.cu
 void cast(const TensorRef& x, const TensorRef& out, cudaStream_t stream);

@@ -1,14 +1,18 @@
 // The CPU backend's attention (kernels.h; AttentionParams in tensoracle/network.h): a blocked,
-// fused attention. Each task takes a block of queries of one batch and query head and walks
-// the keys in tiles: the tile's scores, then (softmax) the online update of each row's
-// maximum, sum and output accumulator, so no [queries, keys] matrix exists beyond a tile.
-// Loads convert to float32 into the tile buffers; everything after them is float32 arithmetic
-// on those buffers, compiled for AVX-512 too where the CPU has it.
+// fused attention. Each task takes a block of up to 128 queries of one batch and query head and
+// walks the keys in tiles of 128: the tile's scores (one BLAS product), the masks, (softmax) the
+// online update of each row's maximum and sum with its accumulator rescaled, then the
+// accumulator plus the tile's probabilities times its values (a second BLAS product). No
+// [queries, keys] matrix exists beyond a tile. float16 / bfloat16 tiles are converted to
+// float32 first; everything is float32 arithmetic.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/common/attention_shape.h"
@@ -24,94 +28,49 @@ namespace {
 using namespace reduction;  // reduce_util.h
 using backends::common::AttentionShape;
 
-constexpr i64 kQueryBlock = 32;  // queries per task
-constexpr i64 kKeyTile = 64;     // keys per tile
+constexpr i64 kQueryBlock = 128;  // queries per task
+constexpr i64 kKeyTile = 128;     // keys per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // NaN-propagating maximum.
 inline float max_nan(float a, float b) noexcept { return (b > a || b != b) ? b : a; }
 
-// One tile's float32 work for `rows` queries against `nt` keys. q: [rows, h] (already scaled),
-// kt: the keys transposed [h, kKeyTile], vf: the values [nt, h], s: [rows, kKeyTile] holding the
-// masks' contributions on entry (0, a mask's value, or -inf / `kMasked` where a key is masked
-// out), acc: [rows, h]; m and l: each row's running maximum and sum (softmax).
-struct Tile {
-  const float* q;
-  const float* kt;
-  const float* vf;
-  float* s;
-  const std::uint8_t* masked;  // [rows, kKeyTile]: 1 where the key is masked out
-  float* acc;
-  float* m;
-  float* l;
-  i64 rows, nt, h;
-  bool softmax;
-};
-
-inline void run_tile(const Tile& t) {
-  for (i64 r = 0; r < t.rows; ++r) {
-    float* srow = t.s + r * kKeyTile;
-    const std::uint8_t* mrow = t.masked + r * kKeyTile;
-    const float* qrow = t.q + r * t.h;
-    float* arow = t.acc + r * t.h;
-    // scores: s[j] += sum_d q[d] * k[j][d], d outermost so that j vectorizes
-    float dot[kKeyTile];
-    std::fill_n(dot, t.nt, 0.f);
-    for (i64 d = 0; d < t.h; ++d) {
-      const float qd = qrow[d];
-      const float* kd = t.kt + d * kKeyTile;
-      TA_SIMD
-      for (i64 j = 0; j < t.nt; ++j) dot[j] += qd * kd[j];
-    }
-    if (!t.softmax) {
-      // no normalization: the scores weigh the values as they are; masked-out keys count 0
-      for (i64 j = 0; j < t.nt; ++j) {
-        if (mrow[j]) continue;
-        const float w = dot[j] + srow[j];
-        const float* vj = t.vf + j * t.h;
-        TA_SIMD
-        for (i64 d = 0; d < t.h; ++d) arow[d] += w * vj[d];
-      }
-      continue;
-    }
-    float tile_max = kNegInf;
-    for (i64 j = 0; j < t.nt; ++j) {
-      srow[j] = mrow[j] ? kNegInf : dot[j] + srow[j];
-      tile_max = max_nan(tile_max, srow[j]);
-    }
-    const float m_new = max_nan(t.m[r], tile_max);
-    if (m_new == kNegInf) continue;  // every key so far masked out
-    const float corr = exp_nonpositive(t.m[r] - m_new);  // e^-inf = 0 for the first keys
-    float sum = 0.f;
-    TA_SIMD_REDUCE(+, sum)
-    for (i64 j = 0; j < t.nt; ++j) {
-      srow[j] = exp_nonpositive(srow[j] - m_new);
-      sum += srow[j];
-    }
-    t.l[r] = t.l[r] * corr + sum;
-    t.m[r] = m_new;
-    if (corr != 1.f) {
-      TA_SIMD
-      for (i64 d = 0; d < t.h; ++d) arow[d] *= corr;
-    }
-    for (i64 j = 0; j < t.nt; ++j) {
-      const float w = srow[j];
-      if (w == 0.f) continue;
-      const float* vj = t.vf + j * t.h;
-      TA_SIMD
-      for (i64 d = 0; d < t.h; ++d) arow[d] += w * vj[d];
-    }
-  }
+// C[m, n] = A[m, k] · B[n, k]ᵀ (+ C when accumulate), row-major float32, through BLAS.
+void gemm_nt(i64 m, i64 n, i64 k, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.f,
+              a, static_cast<int>(k), b, static_cast<int>(k), 0.f, c, static_cast<int>(n));
+}
+void gemm_nn_accumulate(i64 m, i64 n, i64 k, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+              1.f, a, static_cast<int>(k), b, static_cast<int>(n), 1.f, c, static_cast<int>(n));
 }
 
-#ifdef TA_WIDE
-TA_WIDE_FUNCTION void run_tile_wide(const Tile& t) { run_tile(t); }
-#endif
+// One row of a tile's scores after the masks: (softmax) the online update — the new running
+// maximum m, the probabilities in place, the sum l, and the factor the row's accumulator is
+// rescaled by (returned).
+inline float softmax_row_update(float* srow, i64 nt, float& m, float& l) {
+  float tile_max = kNegInf;
+  for (i64 j = 0; j < nt; ++j) tile_max = max_nan(tile_max, srow[j]);
+  const float m_new = max_nan(m, tile_max);
+  // every key so far masked out: probabilities 0, nothing rescaled (e^-inf = 0)
+  const float base = m_new == kNegInf ? 0.f : m_new;
+  const float corr = exp_nonpositive(m - base);
+  float sum = 0.f;
+  TA_SIMD_REDUCE(+, sum)
+  for (i64 j = 0; j < nt; ++j) {
+    srow[j] = exp_nonpositive(srow[j] - base);
+    sum += srow[j];
+  }
+  l = l * corr + sum;
+  m = m_new;
+  return corr;
+}
 
 template <class FT>
 void attention_typed(const AttentionParams& p, const AttentionShape& a, const TensorRef& q, const TensorRef& k,
                      const TensorRef& v, const TensorRef* mask, const TensorRef& out) {
   using T = typename FT::T;
+  constexpr bool kF32 = std::is_same_v<FT, F32>;
   const T* qp = static_cast<const T*>(q.data);
   const T* kp = static_cast<const T*>(k.data);
   const T* vp = static_cast<const T*>(v.data);
@@ -120,70 +79,81 @@ void attention_typed(const AttentionParams& p, const AttentionShape& a, const Te
   const i64 blocks = (a.queries + kQueryBlock - 1) / kQueryBlock;
   const i64 tasks = a.batch * a.q_heads * blocks;
   const bool softmax = p.normalization == AttentionNormalizationOp::kSOFTMAX;
-  [[maybe_unused]] const bool wide = detail::avx512_kernels("TENSORACLE_ATTENTION_NO_AVX512");
+  // masked-out scores: -inf before a softmax, 0 without one (they weigh nothing)
+  const float masked = softmax ? kNegInf : 0.f;
+  detail::ensure_blas_threads();
   detail::parallel_ranges(
       tasks,
       [&](i64 begin, i64 end) {
-        std::vector<float> qf(static_cast<std::size_t>(kQueryBlock * h)), kt(static_cast<std::size_t>(h * kKeyTile)),
-            vf(static_cast<std::size_t>(kKeyTile * h)), s(static_cast<std::size_t>(kQueryBlock * kKeyTile)),
-            acc(static_cast<std::size_t>(kQueryBlock * h)), m(kQueryBlock), l(kQueryBlock);
-        std::vector<std::uint8_t> masked(static_cast<std::size_t>(kQueryBlock * kKeyTile));
+        const std::size_t block = static_cast<std::size_t>(kQueryBlock), tile = static_cast<std::size_t>(kKeyTile),
+                          hs = static_cast<std::size_t>(h);
+        std::vector<float> qf(block * hs), s(block * tile), acc(block * hs), m(block), l(block);
+        std::vector<float> kf(kF32 ? 0 : tile * hs), vf(kF32 ? 0 : tile * hs);
         for (i64 task = begin; task < end; ++task) {
-          const i64 block = task % blocks, head = (task / blocks) % a.q_heads, b = task / (blocks * a.q_heads);
+          const i64 blk = task % blocks, head = (task / blocks) % a.q_heads, b = task / (blocks * a.q_heads);
           const i64 kv_head = head / a.group;
-          const i64 r0 = block * kQueryBlock, rows = std::min(kQueryBlock, a.queries - r0);
+          const i64 r0 = blk * kQueryBlock, rows = std::min(kQueryBlock, a.queries - r0);
           const T* qb = qp + ((b * a.q_heads + head) * a.queries + r0) * h;
           const T* kb = kp + (b * a.kv_heads + kv_head) * a.keys * h;
           const T* vb = vp + (b * a.kv_heads + kv_head) * a.keys * h;
+          TA_SIMD
           for (i64 i = 0; i < rows * h; ++i) qf[static_cast<std::size_t>(i)] = FT::load(qb[i]) * p.scale;
           std::fill(acc.begin(), acc.end(), 0.f);
           std::fill(m.begin(), m.end(), kNegInf);
           std::fill(l.begin(), l.end(), 0.f);
-          // causal: the last query of the block sees keys up to its own index
+          // causal: the block's last query sees keys up to its own index
           const i64 key_end = p.causal ? std::min(a.keys, r0 + rows) : a.keys;
           for (i64 j0 = 0; j0 < key_end; j0 += kKeyTile) {
             const i64 nt = std::min(kKeyTile, key_end - j0);
-            for (i64 j = 0; j < nt; ++j)
-              for (i64 d = 0; d < h; ++d) {
-                kt[static_cast<std::size_t>(d * kKeyTile + j)] = FT::load(kb[(j0 + j) * h + d]);
-                vf[static_cast<std::size_t>(j * h + d)] = FT::load(vb[(j0 + j) * h + d]);
+            const float* kt = nullptr;
+            const float* vt = nullptr;
+            if constexpr (kF32) {
+              kt = kb + j0 * h;
+              vt = vb + j0 * h;
+            } else {
+              TA_SIMD
+              for (i64 i = 0; i < nt * h; ++i) {
+                kf[static_cast<std::size_t>(i)] = FT::load(kb[j0 * h + i]);
+                vf[static_cast<std::size_t>(i)] = FT::load(vb[j0 * h + i]);
               }
+              kt = kf.data();
+              vt = vf.data();
+            }
+            gemm_nt(rows, nt, h, qf.data(), kt, s.data());  // s: [rows, nt]
             for (i64 r = 0; r < rows; ++r) {
-              float* srow = s.data() + r * kKeyTile;
-              std::uint8_t* mrow = masked.data() + r * kKeyTile;
+              float* srow = s.data() + r * nt;
               const i64 qi = r0 + r;
-              for (i64 j = 0; j < nt; ++j) {
-                srow[j] = 0.f;
-                mrow[j] = p.causal && j0 + j > qi;
+              if (p.causal)
+                for (i64 j = std::max<i64>(qi + 1 - j0, 0); j < nt; ++j) srow[j] = masked;
+              if (mask) {
+                const i64 base = b * a.mask_stride[0] + head * a.mask_stride[1] + qi * a.mask_stride[2];
+                const i64 step = a.mask_stride[3];
+                if (a.bool_mask) {
+                  const auto* mp = static_cast<const std::uint8_t*>(mask->data) + base + j0 * step;
+                  for (i64 j = 0; j < nt; ++j) srow[j] = mp[j * step] ? srow[j] : masked;
+                } else {
+                  const T* mp = static_cast<const T*>(mask->data) + base + j0 * step;
+                  for (i64 j = 0; j < nt; ++j) srow[j] += FT::load(mp[j * step]);
+                }
               }
-              if (!mask) continue;
-              const i64 base = b * a.mask_stride[0] + head * a.mask_stride[1] + qi * a.mask_stride[2];
-              const i64 step = a.mask_stride[3];
-              if (a.bool_mask) {
-                const auto* mp = static_cast<const std::uint8_t*>(mask->data) + base;
-                for (i64 j = 0; j < nt; ++j) mrow[j] = mp[(j0 + j) * step] == 0;
-              } else {
-                const T* mp = static_cast<const T*>(mask->data) + base;
-                for (i64 j = 0; j < nt; ++j) srow[j] = FT::load(mp[(j0 + j) * step]);
+              if (!softmax) continue;
+              const float corr = softmax_row_update(srow, nt, m[static_cast<std::size_t>(r)], l[static_cast<std::size_t>(r)]);
+              if (corr != 1.f) {
+                float* arow = acc.data() + r * h;
+                TA_SIMD
+                for (i64 d = 0; d < h; ++d) arow[d] *= corr;
               }
             }
-            const Tile tile{qf.data(), kt.data(), vf.data(), s.data(), masked.data(), acc.data(), m.data(), l.data(),
-                            rows, nt, h, softmax};
-#ifdef TA_WIDE
-            if (wide) {
-              run_tile_wide(tile);
-              continue;
-            }
-#endif
-            run_tile(tile);
+            gemm_nn_accumulate(rows, h, nt, s.data(), vt, acc.data());  // acc += s · v
           }
           T* ob = op + ((b * a.q_heads + head) * a.queries + r0) * h;
           for (i64 r = 0; r < rows; ++r) {
             // softmax: divide by the sum; a query whose every key is masked out gives zeros
-            const float inv = !softmax ? 1.f : l[static_cast<std::size_t>(r)] > 0.f ? 1.f / l[static_cast<std::size_t>(r)] : 0.f;
-            const bool none = softmax && m[static_cast<std::size_t>(r)] == kNegInf;
-            for (i64 d = 0; d < h; ++d)
-              ob[r * h + d] = FT::store(none ? 0.f : acc[static_cast<std::size_t>(r * h + d)] * inv);
+            const float lr = l[static_cast<std::size_t>(r)];
+            const float inv = !softmax ? 1.f : lr > 0.f && m[static_cast<std::size_t>(r)] != kNegInf ? 1.f / lr : 0.f;
+            const float* arow = acc.data() + r * h;
+            TA_SIMD
+            for (i64 d = 0; d < h; ++d) ob[r * h + d] = FT::store(arow[d] * inv);
           }
         }
       },

@@ -355,7 +355,7 @@ void launch_flash(const RowParams& P, const TensorRef& q, const TensorRef& k, co
 // Whether the tensor-core kernel takes a float16 / bfloat16 attention of this head size on the
 // current device (sm80 or newer); TENSORACLE_ATTENTION_KERNEL=rows sends every attention to
 // the row kernel (for the tests that compare the two, and for debugging).
-bool flash_kernel_fits(i64 head_size) {
+bool flash_kernel_fits_impl(i64 head_size) {
   if (head_size != 32 && head_size != 64 && head_size != 128) return false;
   if (const char* e = std::getenv("TENSORACLE_ATTENTION_KERNEL"); e && std::string_view(e) == "rows") return false;
   int device = 0, major = 0;
@@ -366,6 +366,8 @@ bool flash_kernel_fits(i64 head_size) {
 
 }  // namespace
 
+bool attention_tensor_cores(std::int64_t head_size) { return flash_kernel_fits_impl(head_size); }
+
 void attention(const AttentionParams& p, const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* mask,
                const TensorRef& out, cudaStream_t stream) {
   const AttentionShape a = backends::common::check_attention(dev::kFail, p, q, k, v, mask, out);
@@ -375,7 +377,7 @@ void attention(const AttentionParams& p, const TensorRef& q, const TensorRef& k,
   const bool ok = dev::with_float(q.type, [&](auto tag) {
     using Tag = decltype(tag);
     if constexpr (std::is_same_v<Tag, dev::F16> || std::is_same_v<Tag, dev::BF16>) {
-      if (flash_kernel_fits(a.head_size)) {
+      if (attention_tensor_cores(a.head_size)) {
         if (a.head_size == 32) launch_flash<Tag, 32>(P, q, k, v, mask, out, stream);
         else if (a.head_size == 64) launch_flash<Tag, 64>(P, q, k, v, mask, out, stream);
         else launch_flash<Tag, 128>(P, q, k, v, mask, out, stream);
