@@ -127,4 +127,6 @@ def test_the_backend_built_with_this_core_passes_the_identity_check():
     where there is one; a machine without a CUDA driver or device says so, not 'other sources')."""
     out = build_with(str(installed_backend()))
     assert "other sources" not in out and "interface version" not in out, out
-    assert out.strip() == "built" or "no usable CUDA driver or device" in out, out
+    assert out.strip() == "built" or any(
+        reason in out for reason in ("no NVIDIA driver on this machine", "older than this build's CUDA",
+                                     "finds no GPU", "no usable CUDA driver or device")), out

@@ -11,6 +11,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <dlfcn.h>
+
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -163,6 +165,29 @@ class CudaBackend final : public Device {
   Tuner tuner_;
 };
 
+// Why the CUDA runtime finds no device, in the user's terms: no NVIDIA driver at all (the case
+// of every machine without a GPU, where CUDA itself says "driver version is insufficient"), a
+// driver too old for this build's runtime, or a driver that sees no GPU.
+std::string no_device_reason(cudaError_t e) {
+  const std::string cuda = std::string(" (CUDA: ") + cudaGetErrorString(e) + ")";
+  const std::string use_cpu = "; engines for device='cpu' run here";
+  if (e == cudaErrorInsufficientDriver) {
+    if (void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD); lib == nullptr) {
+      lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+      if (lib == nullptr) return "no NVIDIA driver on this machine (libcuda.so.1 is not found)" + use_cpu + cuda;
+      dlclose(lib);
+    }
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    return "the NVIDIA driver supports CUDA " + version(driver) + ", older than this build's CUDA " + version(runtime) +
+           ": update the driver" + use_cpu + cuda;
+  }
+  if (e == cudaErrorNoDevice) return "the NVIDIA driver finds no GPU on this machine" + use_cpu + cuda;
+  return std::string("no usable CUDA driver or device") + cuda;
+}
+
 // One backend per device, made on first use and never destroyed: engines may outlive any static
 // destructor order, and cuBLASLt must not be torn down after the CUDA runtime at exit.
 std::mutex g_backends_mutex;
@@ -196,7 +221,7 @@ extern "C" __attribute__((visibility("default"))) const tensoracle::backends::Ba
     int count = 0;
     if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
       cudaGetLastError();
-      return fail(std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e));
+      return fail(tensoracle::cuda::no_device_reason(e));
     }
     if (index < 0 && cudaGetDevice(&index) != cudaSuccess) index = 0;
     if (index >= count)
