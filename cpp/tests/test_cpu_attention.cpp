@@ -1,0 +1,179 @@
+// The CPU backend's attention kernel (backends/cpu/kernels.h) called directly against a double
+// reference written here: grouped-query heads, bool and additive masks that broadcast, causal,
+// no normalization, float16 storage, fully masked rows; and the refusals of buffers that do not
+// fit (an engine file's shapes are not trusted). Runs under `make sanitize` (ASan + UBSan) too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/numeric.h"
+#include "tensoracle/errors.h"
+
+namespace {
+
+using namespace tensoracle;
+using i64 = std::int64_t;
+
+struct Shape {
+  i64 b, nq, nkv, sq, skv, h;
+};
+
+std::vector<float> uniform(i64 n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// out[b, n, i, :] in double; mask (bool as 0/1 in `keep`, or additive in `add`) indexed by its
+// broadcast dims md.
+std::vector<double> reference(const Shape& s, const std::vector<float>& q, const std::vector<float>& k,
+                              const std::vector<float>& v, const Dims* md, const std::vector<std::uint8_t>* keep,
+                              const std::vector<float>* add, bool causal, bool softmax, double scale) {
+  std::vector<double> out(static_cast<std::size_t>(s.b * s.nq * s.sq * s.h), 0.0);
+  const i64 group = s.nq / s.nkv;
+  for (i64 b = 0; b < s.b; ++b)
+    for (i64 n = 0; n < s.nq; ++n)
+      for (i64 i = 0; i < s.sq; ++i) {
+        std::vector<double> w(static_cast<std::size_t>(s.skv));
+        std::vector<bool> on(static_cast<std::size_t>(s.skv), true);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (i64 j = 0; j < s.skv; ++j) {
+          double dot = 0;
+          for (i64 d = 0; d < s.h; ++d)
+            dot += double(q[static_cast<std::size_t>(((b * s.nq + n) * s.sq + i) * s.h + d)]) *
+                   k[static_cast<std::size_t>(((b * s.nkv + n / group) * s.skv + j) * s.h + d)];
+          dot *= scale;
+          if (causal && j > i) on[static_cast<std::size_t>(j)] = false;
+          if (md) {
+            const i64 idx[4] = {b, n, i, j};
+            i64 off = 0;
+            for (int d = 0; d < 4; ++d) off = off * (*md)[d] + ((*md)[d] == 1 ? 0 : idx[d]);
+            if (keep) on[static_cast<std::size_t>(j)] = on[static_cast<std::size_t>(j)] && (*keep)[static_cast<std::size_t>(off)];
+            if (add) dot += (*add)[static_cast<std::size_t>(off)];
+          }
+          w[static_cast<std::size_t>(j)] = dot;
+          if (on[static_cast<std::size_t>(j)]) mx = std::max(mx, dot);
+        }
+        double sum = 0;
+        for (i64 j = 0; j < s.skv; ++j) {
+          auto& x = w[static_cast<std::size_t>(j)];
+          if (!on[static_cast<std::size_t>(j)]) x = 0;
+          else if (softmax) x = std::exp(x - mx);
+          sum += x;
+        }
+        for (i64 j = 0; j < s.skv; ++j)
+          for (i64 d = 0; d < s.h; ++d) {
+            const double p = softmax ? (sum > 0 ? w[static_cast<std::size_t>(j)] / sum : 0.0) : w[static_cast<std::size_t>(j)];
+            out[static_cast<std::size_t>(((b * s.nq + n) * s.sq + i) * s.h + d)] +=
+                p * v[static_cast<std::size_t>(((b * s.nkv + n / group) * s.skv + j) * s.h + d)];
+          }
+      }
+  return out;
+}
+
+double worst(const std::vector<float>& got, const std::vector<double>& want) {
+  double w = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) w = std::max(w, std::fabs(got[i] - want[i]));
+  return w;
+}
+
+using cpu::TensorRef;
+
+}  // namespace
+
+TEST(CpuAttention, Float32MasksCausalAndGroupedHeadsMatchTheReference) {
+  const Shape s{2, 4, 2, 37, 150, 24};
+  auto q = uniform(s.b * s.nq * s.sq * s.h, 1), k = uniform(s.b * s.nkv * s.skv * s.h, 2),
+       v = uniform(s.b * s.nkv * s.skv * s.h, 3);
+  const Dims qd{s.b, s.nq, s.sq, s.h}, kd{s.b, s.nkv, s.skv, s.h};
+  std::vector<float> out(q.size());
+  TensorRef Q{q.data(), DataType::kFLOAT, qd}, K{k.data(), DataType::kFLOAT, kd}, V{v.data(), DataType::kFLOAT, kd},
+      O{out.data(), DataType::kFLOAT, qd};
+  for (bool softmax : {true, false}) {
+    AttentionParams p;
+    p.normalization = softmax ? AttentionNormalizationOp::kSOFTMAX : AttentionNormalizationOp::kNONE;
+    p.scale = 0.2f;
+    // bool mask per batch and query, broadcast over heads; one query of batch 1 sees no key
+    const Dims bmd{s.b, 1, s.sq, s.skv};
+    std::vector<std::uint8_t> keep(static_cast<std::size_t>(bmd.volume()));
+    for (std::size_t i = 0; i < keep.size(); ++i) keep[i] = (i * 7 + i / 5) % 3 != 0;
+    for (i64 j = 0; j < s.skv; ++j) keep[static_cast<std::size_t>((1 * s.sq + 4) * s.skv + j)] = 0;
+    TensorRef M{keep.data(), DataType::kBOOL, bmd};
+    cpu::attention(p, Q, K, V, &M, O);
+    EXPECT_LE(worst(out, reference(s, q, k, v, &bmd, &keep, nullptr, false, softmax, 0.2)), 2e-5) << softmax;
+    for (i64 n = 0; n < s.nq && softmax; ++n)
+      for (i64 d = 0; d < s.h; ++d)
+        EXPECT_EQ(out[static_cast<std::size_t>(((1 * s.nq + n) * s.sq + 4) * s.h + d)], 0.f);  // the empty row
+    // additive mask per head and key, broadcast over batch and queries
+    const Dims amd{1, s.nq, 1, s.skv};
+    auto add = uniform(amd.volume(), 4);
+    TensorRef A{add.data(), DataType::kFLOAT, amd};
+    cpu::attention(p, Q, K, V, &A, O);
+    EXPECT_LE(worst(out, reference(s, q, k, v, &amd, nullptr, &add, false, softmax, 0.2)), 2e-5) << softmax;
+    // causal, no mask
+    p.causal = true;
+    cpu::attention(p, Q, K, V, nullptr, O);
+    EXPECT_LE(worst(out, reference(s, q, k, v, nullptr, nullptr, nullptr, true, softmax, 0.2)), 2e-5) << softmax;
+  }
+}
+
+TEST(CpuAttention, Float16StorageRoundsOnceAtTheEnd) {
+  const Shape s{1, 2, 1, 130, 70, 64};
+  auto q = uniform(s.b * s.nq * s.sq * s.h, 5), k = uniform(s.b * s.nkv * s.skv * s.h, 6),
+       v = uniform(s.b * s.nkv * s.skv * s.h, 7);
+  auto half = [](std::vector<float>& x) {
+    std::vector<std::uint16_t> h(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      h[i] = core::float_to_half(x[i]);
+      x[i] = core::half_to_float(h[i]);  // the reference reads the stored values
+    }
+    return h;
+  };
+  auto qh = half(q), kh = half(k), vh = half(v);
+  std::vector<std::uint16_t> oh(qh.size());
+  const Dims qd{s.b, s.nq, s.sq, s.h}, kd{s.b, s.nkv, s.skv, s.h};
+  AttentionParams p;
+  p.scale = 0.125f;
+  p.causal = true;
+  cpu::attention(p, {qh.data(), DataType::kHALF, qd}, {kh.data(), DataType::kHALF, kd}, {vh.data(), DataType::kHALF, kd},
+                 nullptr, {oh.data(), DataType::kHALF, qd});
+  std::vector<float> out(oh.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = core::half_to_float(oh[i]);
+  const auto want = reference(s, q, k, v, nullptr, nullptr, nullptr, true, true, 0.125);
+  for (std::size_t i = 0; i < out.size(); ++i)  // within one float16 ulp of the exact value (plus float32 noise)
+    ASSERT_LE(std::fabs(out[i] - want[i]), std::ldexp(1.0, std::ilogb(std::max(std::fabs(want[i]), 6.1e-5)) - 10) + 1e-6) << i;
+}
+
+TEST(CpuAttention, RefusesBuffersThatDoNotFit) {
+  std::vector<float> buf(4096);
+  auto ref = [&](const Dims& d, DataType t = DataType::kFLOAT) { return TensorRef{buf.data(), t, d}; };
+  const Dims qd{1, 4, 8, 16}, kd{1, 2, 9, 16};
+  auto expect_refused = [](auto&& call, const std::string& what) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("attention"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  AttentionParams p;
+  expect_refused([&] { cpu::attention(p, ref(qd), ref(kd), ref({1, 2, 9, 8}), nullptr, ref(qd)); }, "the key's dims");
+  expect_refused([&] { cpu::attention(p, ref(qd), ref(kd), ref(kd), nullptr, ref({1, 4, 8, 8})); }, "the query's dims");
+  expect_refused([&] { cpu::attention(p, ref(qd), ref({1, 3, 9, 16}), ref({1, 3, 9, 16}), nullptr, ref(qd)); }, "not a multiple");
+  const TensorRef bad_mask = ref({1, 1, 3, 9}, DataType::kBOOL);
+  expect_refused([&] { cpu::attention(p, ref(qd), ref(kd), ref(kd), &bad_mask, ref(qd)); }, "does not broadcast");
+  const TensorRef int_mask = ref({1, 1, 8, 9}, DataType::kINT32);
+  expect_refused([&] { cpu::attention(p, ref(qd), ref(kd), ref(kd), &int_mask, ref(qd)); }, "must be bool");
+  p.causal = true;
+  const TensorRef mask = ref({1, 1, 8, 9}, DataType::kBOOL);
+  expect_refused([&] { cpu::attention(p, ref(qd), ref(kd), ref(kd), &mask, ref(qd)); }, "takes no mask");
+}
