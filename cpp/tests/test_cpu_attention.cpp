@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "core/numeric.h"
+#include "st_helpers.h"
 #include "tensoracle/errors.h"
 
 namespace {
@@ -24,13 +24,7 @@ struct Shape {
   i64 b, nq, nkv, sq, skv, h;
 };
 
-std::vector<float> uniform(i64 n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+std::vector<float> uniform(i64 n, unsigned seed) { return tensoracle::testing::uniform(static_cast<std::size_t>(n), -1.f, 1.f, seed); }
 
 // out[b, n, i, :] in double; mask (bool as 0/1 in `keep`, or additive in `add`) indexed by its
 // broadcast dims md.

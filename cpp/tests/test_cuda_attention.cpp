@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda_test_helpers.h"
+#include "st_helpers.h"
 #include "tensoracle/builder.h"
 #include "tensoracle/engine.h"
 
@@ -25,15 +26,7 @@ struct Case {
   bool causal;
 };
 
-std::vector<float> values(std::size_t n, unsigned seed) {
-  std::vector<float> v(n);
-  unsigned s = seed * 2654435761u + 1;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(s >> 8) / static_cast<float>(1u << 24) * 2.f - 1.f;
-  }
-  return v;
-}
+std::vector<float> values(std::size_t n, unsigned seed) { return tensoracle::testing::uniform(n, -1.f, 1.f, seed); }
 
 // Stored bytes of `v` in type t (float32, or float16 / bfloat16 bits).
 std::vector<std::byte> stored(DataType t, const std::vector<float>& v) {

@@ -12,7 +12,7 @@ import pytest
 
 import tensoracle
 import tensoracle.trt as trt
-from layer_cases import NP_OF, TRT_OF, assert_float_close, build, rng_for
+from layer_cases import NP_OF, assert_float_close, build, rng_for, trt_type_of
 
 SOFTMAX = trt.AttentionNormalizationOp.SOFTMAX
 NONE = trt.AttentionNormalizationOp.NONE
@@ -47,14 +47,13 @@ def sample(rng, shape, name):
     return rng.uniform(-1, 1, shape).astype(np.float32).astype(NP_OF[name])
 
 
-def run_attention(device, q, k, v, *, mask=None, causal=False, norm=SOFTMAX, scale=None, profile=None):
+def run_attention(device, q, k, v, *, mask=None, causal=False, norm=SOFTMAX, scale=None):
     inputs = {"q": q, "k": k, "v": v}
     if mask is not None:
         inputs["mask"] = mask
 
     def graph(network):
-        t = {n: network.add_input(n, trt_type(a.dtype), tuple(-1 for _ in a.shape) if profile else a.shape)
-             for n, a in inputs.items()}
+        t = {n: network.add_input(n, trt_type_of(a.dtype), a.shape) for n, a in inputs.items()}
         layer = network.add_attention(t["q"], t["k"], t["v"], norm, causal)
         if mask is not None:
             layer.mask = t["mask"]
@@ -64,16 +63,9 @@ def run_attention(device, q, k, v, *, mask=None, causal=False, norm=SOFTMAX, sca
         y.name = "y"
         network.mark_output(y)
 
-    shapes = profile or {n: a.shape for n, a in inputs.items()}
-    engine = build(graph, shapes, device)
+    engine = build(graph, {n: a.shape for n, a in inputs.items()}, device)
     return engine.create_execution().run(inputs)["y"], engine
 
-
-def trt_type(dtype):
-    for name, dt in NP_OF.items():
-        if dt == np.dtype(dtype):
-            return TRT_OF[name]
-    raise KeyError(dtype)
 
 
 TOL = {"f32": dict(ulps=8, atol=2e-6), "f16": dict(ulps=1, atol=2e-5), "bf16": dict(ulps=1, atol=2e-5)}
@@ -285,7 +277,7 @@ def decomposed_graph(q, k, v, mask, *, scale_op="PROD", mask_first=False, scores
     E = trt.ElementWiseOperation
 
     def graph(network):
-        dt = trt_type(q.dtype)
+        dt = trt_type_of(q.dtype)
         t = {n: network.add_input(n, dt, a.shape) for n, a in (("q", q), ("k", k), ("v", v))}
         s = network.add_matrix_multiply(t["q"], trt.MatrixOperation.NONE, t["k"], trt.MatrixOperation.TRANSPOSE)
         s.name = "scores"
