@@ -20,7 +20,7 @@ PY_SOURCES  := $(shell find python/native python/src -type f) python/CMakeLists.
 CUDA_WHEELS  = $$(ls -d $(abspath $(VENV))/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -1)
 CMAKE_ARGS  := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA))
 
-.PHONY: all setup apt cpp python fuzz-build test sanitize demo bench clean
+.PHONY: all setup apt cpp python fuzz-build test sanitize demo bench wheel clean
 all: cpp python
 
 setup: apt $(VENV)/.stamp
@@ -76,5 +76,10 @@ BENCHES ?= $(wildcard python/bench/bench_*.py)
 bench: python
 	@for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# A wheel that installs anywhere (manylinux: the libraries it needs from the system copied into
+# it by auditwheel), into dist/ (scripts/build-wheel.sh).
+wheel: python
+	scripts/build-wheel.sh dist $(VENV)
+
 clean:
-	rm -rf $(BUILD) python/build
+	rm -rf $(BUILD) python/build dist

