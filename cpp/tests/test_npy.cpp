@@ -5,11 +5,13 @@
 
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "io/npy.h"
 #include "pth_helpers.h"
+#include "st_helpers.h"
 #include "tensoracle/errors.h"
 
 namespace tensoracle {
@@ -17,6 +19,7 @@ namespace {
 
 using safetensors::Dtype;
 using testing::Bytes;
+using testing::TempDir;
 using testing::to_bytes;
 
 // A .npy image: preamble, the header dict padded to a multiple of 64 and '\n', then data.
@@ -340,6 +343,55 @@ TEST(Npz, ArraysAreReadOneAtATime) {
   float v[2];
   std::memcpy(v, first.data.data(), sizeof v);
   EXPECT_EQ(v[1], 2.0f);
+}
+
+// ---- writing (tensoracle run --save-inputs / --save-outputs) ----------------------------------
+
+TEST(NpyWrite, NpzRoundTripsThroughTheReader) {
+  TempDir dir;
+  const std::vector<float> f = {1.5f, -2.f, 3.25f, 0.f, 7.f, -1e-3f};
+  const std::vector<std::int32_t> i = {4, -5};
+  const std::uint8_t yes = 1;
+  const std::vector<npy::NamedArray> arrays = {
+      {"f", Dtype::F32, {2, 3}, std::as_bytes(std::span(f))},
+      {"i", Dtype::I32, {2}, std::as_bytes(std::span(i))},
+      {"scalar", Dtype::BOOL, {}, std::as_bytes(std::span(&yes, 1))},
+      {"empty", Dtype::F32, {0, 4}, {}},
+  };
+  const auto path = dir.path / "out.npz";
+  npy::write_npz(path, arrays, "test");
+  npy::File file = npy::File::open(path);
+  ASSERT_TRUE(file.is_npz());
+  ASSERT_EQ(file.names(), (std::vector<std::string>{"f", "i", "scalar", "empty"}));
+  for (std::size_t k = 0; k < arrays.size(); ++k) {
+    npy::Array a = file.read(k);
+    EXPECT_EQ(a.dtype, arrays[k].dtype) << arrays[k].name;
+    EXPECT_EQ(a.shape, arrays[k].shape) << arrays[k].name;
+    ASSERT_EQ(a.data.size(), arrays[k].data.size()) << arrays[k].name;
+    EXPECT_EQ(std::memcmp(a.data.data(), arrays[k].data.data(), a.data.size()), 0) << arrays[k].name;
+  }
+  // np.save's layout: the header padded to 64 bytes.
+  const auto bytes = npy::npy_bytes(arrays[0], "");
+  EXPECT_EQ((bytes.size() - f.size() * 4) % 64, 0u);
+}
+
+TEST(NpyWrite, RefusalsLeaveNothingBehind) {
+  TempDir dir;
+  const std::uint16_t h[2] = {0x3f80, 0x4000};
+  const auto path = dir.path / "out.npz";
+  try {
+    npy::write_npz(path, {{"b", Dtype::BF16, {2}, std::as_bytes(std::span(h))}}, "run");
+    FAIL() << "bfloat16 written to an .npz";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("array 'b' is BF16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(".safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(npy::write_npz(path, {{"a", Dtype::U16, {3}, std::as_bytes(std::span(h))}}, "run"), InvalidArgument);
+  EXPECT_THROW(npy::write_npz(path, {{"a/b", Dtype::U16, {2}, std::as_bytes(std::span(h))}}, "run"), InvalidArgument);
+  EXPECT_THROW(npy::write_npz(path, {{"a", Dtype::U16, {2}, std::as_bytes(std::span(h))},
+                                     {"a", Dtype::U16, {2}, std::as_bytes(std::span(h))}}, "run"),
+               InvalidArgument);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// `tensoracle bench ENGINE [--iterations N] [--warmup N] [--shape NAME=DIMS]... [--threads N]
+// `tensoracle bench ENGINE [--iterations N] [--warmup N] [--warmup-ms MS] [--duration S]
+//  [--shape NAME=DIMS]... [--shapes NAME:DIMS,...] [--threads N]
 //  [--plugins LIB]... [--per-layer] [--json]`: latency percentiles, throughput and memory of one
 // execution. An engine with plugin layers needs the libraries of its plugins (--plugins, loaded
 // before the engine opens, as open_engine's plugins=).
@@ -24,12 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "core/numeric.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/plugin_library.h"
 #include "tensoracle/errors.h"
 #include "tools/commands.h"
 #include "tools/sniff.h"
+#include "tools/tensor_files.h"
 
 namespace tensoracle::tools {
 
@@ -39,34 +40,15 @@ struct Options {
   std::string path;
   int iterations = 100;
   int warmup = 10;
+  double warmup_ms = 0;   // and warm up for at least this long (trtexec's --warmUp)
+  double duration_s = 0;  // time for at least this long, and at least `iterations` (trtexec's --duration)
   int threads = 0;
   bool per_layer = false;
   bool json = false;
   std::vector<std::string> shapes;
+  std::vector<std::string> shape_lists;
   std::vector<std::string> plugins;
 };
-
-// "images=8x3x224x224" (or with commas) -> ("images", dims).
-std::pair<std::string, Dims> parse_shape(const std::string& spec) {
-  auto eq = spec.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-    throw InvalidArgument("[bench] --shape '" + spec + "': write NAME=D1xD2x... (for example images=8x3x224x224)");
-  std::vector<std::int64_t> dims;
-  std::string rest = spec.substr(eq + 1);
-  std::size_t at = 0;
-  while (at <= rest.size()) {
-    std::size_t end = rest.find_first_of("x,", at);
-    if (end == std::string::npos) end = rest.size();
-    std::string part = rest.substr(at, end - at);
-    if (part.empty() || part.size() > 12 || part.find_first_not_of("0123456789") != std::string::npos)
-      throw InvalidArgument("[bench] --shape '" + spec + "': '" + part + "' is not a dimension");
-    dims.push_back(std::stoll(part));
-    at = end + 1;
-  }
-  if (dims.size() > static_cast<std::size_t>(Dims::kMaxRank))
-    throw InvalidArgument("[bench] --shape '" + spec + "': more than " + std::to_string(Dims::kMaxRank) + " dimensions");
-  return {spec.substr(0, eq), Dims(std::span<const std::int64_t>(dims))};
-}
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -77,32 +59,11 @@ double percentile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
-void fill(std::vector<std::byte>& bytes, DataType type, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const std::size_t n = bytes.size() / element_size(type);
-  auto* p = bytes.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = u(rng);
-    switch (type) {
-      case DataType::kFLOAT: std::memcpy(p + i * 4, &v, 4); break;
-      case DataType::kHALF: {
-        auto h = core::float_to_half(v);
-        std::memcpy(p + i * 2, &h, 2);
-        break;
-      }
-      case DataType::kBF16: {
-        auto h = core::float_to_bf16(v);
-        std::memcpy(p + i * 2, &h, 2);
-        break;
-      }
-      default: break;  // integers, bool, quantized types: zeros
-    }
-  }
-}
-
 int run(const Options& o) {
   if (o.iterations < 1 || o.warmup < 0)
     throw InvalidArgument("[bench] --iterations must be >= 1 and --warmup >= 0");
+  if (!(o.warmup_ms >= 0 && o.warmup_ms <= 3.6e6) || !(o.duration_s >= 0 && o.duration_s <= 86400))
+    throw InvalidArgument("[bench] --warmup-ms must be in [0, 3600000] and --duration in [0, 86400] seconds");
   if (o.threads < 0) throw InvalidArgument("[bench] --threads must be >= 0 (0: all cores)");
   if (o.threads > 0) set_cpu_threads(o.threads);
   require_kind("bench", o.path, {FileKind::kSafetensors, FileKind::kOther}, "an engine file (from save_engine or the cache)");
@@ -116,8 +77,12 @@ int run(const Options& o) {
   Engine& engine = *opened;
   Execution ex = engine.create_execution();
   std::map<std::string, Dims> given;
-  for (const auto& s : o.shapes) {
-    auto [name, dims] = parse_shape(s);
+  std::vector<std::string> specs = o.shapes;
+  for (const auto& list : o.shape_lists)
+    for (auto& s : split_shapes(list, "bench")) specs.push_back(std::move(s));
+  for (const auto& s : specs) {
+    auto [name, dims] = parse_shape(s, "bench");
+    if (given.count(name)) throw InvalidArgument("[bench] the shape of '" + name + "' is given twice");
     const auto& t = engine.io_tensor(name);  // throws for an unknown name
     if (t.mode != TensorIOMode::kINPUT) throw InvalidArgument("[bench] --shape: '" + name + "' is an output, not an input");
     given[name] = dims;
@@ -138,7 +103,7 @@ int run(const Options& o) {
     Dims d = ex.tensor_shape(t.name);
     buffers.emplace_back(static_cast<std::size_t>(std::max<std::int64_t>(d.volume(), 0)) * element_size(t.type) + 1);
     io_bytes += buffers.back().size() - 1;
-    if (t.mode == TensorIOMode::kINPUT) fill(buffers.back(), t.type, rng);
+    if (t.mode == TensorIOMode::kINPUT) fill_generated(buffers.back(), t.type, rng);
     device_buffers.push_back(engine.allocate(buffers.back().size()));
     engine.copy_from_host(device_buffers.back().get(), buffers.back().data(), buffers.back().size());
     ex.set_tensor_address(t.name, device_buffers.back().get());
@@ -148,14 +113,22 @@ int run(const Options& o) {
     ex.enqueue(stream.get());
     engine.synchronize(stream.get());
   };
-  for (int i = 0; i < o.warmup; ++i) once();
+  int warmed = 0;
+  const auto w0 = std::chrono::steady_clock::now();
+  while (warmed < o.warmup ||
+         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count() < o.warmup_ms) {
+    once();
+    ++warmed;
+  }
   std::vector<double> ms;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.iterations; ++i) {
+  while (static_cast<int>(ms.size()) < o.iterations ||
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < o.duration_s) {
     const auto a = std::chrono::steady_clock::now();
     once();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
+  const int timed = static_cast<int>(ms.size());
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
   std::int64_t batch = 1;
@@ -182,14 +155,14 @@ int run(const Options& o) {
   j["device"] = nlohmann::json::parse(engine.target_json()).value("device", std::string("?"));
   j["threads"] = cpu_threads();
   j["inputs"] = inputs;
-  j["iterations"] = o.iterations;
-  j["warmup"] = o.warmup;
+  j["iterations"] = timed;
+  j["warmup"] = warmed;
   j["latency_ms"] = {{"median", percentile(ms, 0.5)}, {"p90", percentile(ms, 0.9)}, {"p99", percentile(ms, 0.99)},
                      {"mean", mean}, {"min", *std::min_element(ms.begin(), ms.end())},
                      {"max", *std::max_element(ms.begin(), ms.end())}};
-  j["throughput"] = {{"inferences_per_s", static_cast<double>(o.iterations) / total_s},
+  j["throughput"] = {{"inferences_per_s", static_cast<double>(timed) / total_s},
                      {"batch", batch},
-                     {"items_per_s", static_cast<double>(o.iterations * batch) / total_s}};
+                     {"items_per_s", static_cast<double>(timed * batch) / total_s}};
   j["memory_bytes"] = {{"weights", engine.weight_bytes()}, {"activations", engine.activation_bytes()}, {"io", io_bytes}};
   if (o.per_layer) {
     auto& out = j["layers"] = nlohmann::ordered_json::array();
@@ -205,12 +178,12 @@ int run(const Options& o) {
   fmt::print("engine:     {} ({})\n", o.path, j["device"].get<std::string>());
   std::string in_text;
   for (const auto& [name, dims] : inputs.items()) in_text += (in_text.empty() ? "" : ", ") + name + " " + dims.dump();
-  fmt::print("inputs:     {}; {} thread(s); {} warm-up + {} timed iterations\n", in_text, cpu_threads(), o.warmup, o.iterations);
+  fmt::print("inputs:     {}; {} thread(s); {} warm-up + {} timed iterations\n", in_text, cpu_threads(), warmed, timed);
   fmt::print("latency:    median {:.3f} ms, p90 {:.3f}, p99 {:.3f}, mean {:.3f}, min {:.3f}, max {:.3f}\n",
              percentile(ms, 0.5), percentile(ms, 0.9), percentile(ms, 0.99), mean, j["latency_ms"]["min"].get<double>(),
              j["latency_ms"]["max"].get<double>());
-  fmt::print("throughput: {:.1f} inferences/s, {:.1f} items/s (batch {})\n", static_cast<double>(o.iterations) / total_s,
-             static_cast<double>(o.iterations * batch) / total_s, batch);
+  fmt::print("throughput: {:.1f} inferences/s, {:.1f} items/s (batch {})\n", static_cast<double>(timed) / total_s,
+             static_cast<double>(timed * batch) / total_s, batch);
   fmt::print("memory:     weights {} B, activations {} B, inputs + outputs {} B\n", engine.weight_bytes(),
              engine.activation_bytes(), io_bytes);
   if (o.per_layer) {
@@ -236,9 +209,16 @@ Command add_bench(CLI::App& app) {
                                           "and memory; --per-layer times each fused node");
   auto o = std::make_shared<Options>();
   sub->add_option("ENGINE", o->path, "engine file")->required();
-  sub->add_option("--iterations", o->iterations, "timed iterations (default 100)");
-  sub->add_option("--warmup", o->warmup, "untimed iterations first (default 10)");
+  sub->add_option("--iterations", o->iterations, "timed iterations, at least (default 100)");
+  sub->add_option("--warmup", o->warmup, "untimed iterations first, at least (default 10)");
+  sub->add_option("--warmup-ms,--warmUp", o->warmup_ms, "warm up for at least this many milliseconds too (trtexec's --warmUp)")
+      ->type_name("MS");
+  sub->add_option("--duration", o->duration_s, "time for at least this many seconds (and at least --iterations)")
+      ->type_name("S");
   sub->add_option("--shape", o->shapes, "NAME=D1xD2x... for a dynamic input (default: the profile's opt)");
+  sub->add_option("--shapes", o->shape_lists,
+                  "every input's shape in one flag: NAME:D1xD2x...,NAME:... (trtexec's spelling; = works as well as :)")
+      ->type_name("LIST");
   sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   sub->add_option("--plugins", o->plugins, "plugin libraries the engine's plugin layers need (repeat or list)");
   sub->add_flag("--per-layer", o->per_layer, "also time each fused node");

@@ -20,6 +20,8 @@ Command add_convert(CLI::App& app);
 //  [--per-layer] [--json]`
 Command add_bench(CLI::App& app);
 
+Command add_run(CLI::App& app);
+
 // `tensoracle compare CANDIDATE REFERENCE [--atol A --rtol R] [--json] [--plot FILE.svg]`
 Command add_compare(CLI::App& app);
 

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   add(tensoracle::tools::add_cache);
   add(tensoracle::tools::add_compare);
   add(tensoracle::tools::add_bench);
+  add(tensoracle::tools::add_run);
   add(tensoracle::tools::add_cubin);
   try {
     app.parse(argc, argv);

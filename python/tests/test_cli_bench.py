@@ -81,9 +81,33 @@ def test_shape_option_and_text_report(cli, engine_file):
         assert word in out
 
 
+def test_shapes_in_one_flag_as_trtexec_writes_them(cli, engine_file):
+    report = json.loads(bench(cli, engine_file, "--iterations", 2, "--warmup", 0, "--shapes", "x:6x16,idx:2", "--json").stdout)
+    assert report["inputs"] == {"x": [6, 16], "idx": [2]}
+    report = json.loads(bench(cli, engine_file, "--iterations", 2, "--warmup", 0, "--shapes", "x=3x16", "--json").stdout)
+    assert report["inputs"]["x"] == [3, 16]
+
+
+def test_duration_and_warmup_ms_are_minimums(cli, engine_file):
+    # At least 0.3 s of timed iterations and 100 ms of warm-up, however fast each one is; and at
+    # least --iterations / --warmup of each.
+    report = json.loads(bench(cli, engine_file, "--iterations", 2, "--warmup", 1, "--duration", 0.3, "--warmUp", 100,
+                              "--json").stdout)
+    lat = report["latency_ms"]
+    assert report["iterations"] * lat["mean"] >= 0.3e3 * 0.5  # the loop's own overhead is outside the latencies
+    assert report["iterations"] > 2 and report["warmup"] > 1
+    assert report["throughput"]["inferences_per_s"] * 0.3 <= report["iterations"] * 1.0001
+    report = json.loads(bench(cli, engine_file, "--iterations", 5, "--warmup", 3, "--json").stdout)
+    assert report["iterations"] == 5 and report["warmup"] == 3
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
+        (("--shapes", "x:2x16,x=3x16"), "the shape of 'x' is given twice"),
+        (("--shapes", "x2x16"), "is not NAME:D1xD2x"),
+        (("--duration", -1), "--duration in [0, 86400]"),
+        (("--warmup-ms", "nan"), "--warmup-ms must be in"),
         (("--shape", "x=9x16"), "outside the profile"),
         (("--shape", "x=4xa"), "'a' is not a dimension"),
         (("--shape", "x"), "write NAME=D1xD2"),

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/atomic_file.h"
 #include "core/mapped_file.h"
 #include "core/text.h"
 #include "io/zip_reader.h"
@@ -553,6 +554,153 @@ File File::open(const std::filesystem::path& path, const Limits& limits) {
   }
   f.mapping_ = std::move(map);
   return f;
+}
+
+namespace {
+
+// NumPy's descr of a dtype it has natively; empty for the others.
+std::string_view descr_of(Dtype d) {
+  switch (d) {
+    case Dtype::F64: return "<f8";
+    case Dtype::F32: return "<f4";
+    case Dtype::F16: return "<f2";
+    case Dtype::I8: return "|i1";
+    case Dtype::I16: return "<i2";
+    case Dtype::I32: return "<i4";
+    case Dtype::I64: return "<i8";
+    case Dtype::U8: return "|u1";
+    case Dtype::U16: return "<u2";
+    case Dtype::U32: return "<u4";
+    case Dtype::U64: return "<u8";
+    case Dtype::BOOL: return "|b1";
+    default: return {};
+  }
+}
+
+void put16(std::vector<std::byte>& out, std::uint32_t v) {
+  out.push_back(std::byte(v & 0xff));
+  out.push_back(std::byte((v >> 8) & 0xff));
+}
+void put32(std::vector<std::byte>& out, std::uint32_t v) {
+  put16(out, v & 0xffff);
+  put16(out, v >> 16);
+}
+void put_text(std::vector<std::byte>& out, std::string_view text) {
+  for (char c : text) out.push_back(static_cast<std::byte>(c));
+}
+
+}  // namespace
+
+std::vector<std::byte> npy_bytes(const NamedArray& a, const std::string& where) {
+  const std::string label = where + (a.name.empty() ? std::string("the array") : "array " + core::quote_name(a.name));
+  const std::string_view descr = descr_of(a.dtype);
+  if (descr.empty())
+    throw UnsupportedError(label + " is " + std::string(safetensors::dtype_name(a.dtype)) +
+                           ", which NumPy's .npy/.npz files hold only as raw bytes (losing the type): write a "
+                           ".safetensors file instead");
+  std::uint64_t count = 1;
+  for (std::int64_t d : a.shape) {
+    if (d < 0) throw InvalidArgument(label + ": negative dimension " + std::to_string(d));
+    if (d != 0 && count > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(d))
+      throw InvalidArgument(label + ": the shape's element count overflows");
+    count *= static_cast<std::uint64_t>(d);
+  }
+  const std::uint64_t want = count * static_cast<std::uint64_t>(safetensors::dtype_bits(a.dtype) / 8);
+  if (a.data.size() != want)
+    throw InvalidArgument(label + ": " + std::to_string(a.data.size()) + " bytes of data for " +
+                          std::to_string(want) + " (shape × element size)");
+  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (";
+  for (std::size_t i = 0; i < a.shape.size(); ++i) header += (i ? ", " : "") + std::to_string(a.shape[i]);
+  header += a.shape.size() == 1 ? ",), }" : "), }";
+  // magic (6) + version (2) + header length (2) + header + '\n', a multiple of 64.
+  const std::size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
+  if (total - 10 > 0xffff) throw UnsupportedError(label + ": a rank this large does not fit a version 1.0 header");
+  header.append(total - 10 - header.size() - 1, ' ');
+  header += '\n';
+  std::vector<std::byte> out;
+  out.reserve(total + a.data.size());
+  put_text(out, "\x93NUMPY");
+  out.push_back(std::byte{1});
+  out.push_back(std::byte{0});
+  put16(out, static_cast<std::uint32_t>(header.size()));
+  put_text(out, header);
+  out.insert(out.end(), a.data.begin(), a.data.end());
+  return out;
+}
+
+void write_npz(const std::filesystem::path& path, const std::vector<NamedArray>& arrays, const std::string& component) {
+  const std::string where = "[" + component + "] " + path.string() + ": ";
+  std::vector<std::string> seen;
+  for (const NamedArray& a : arrays) {
+    if (a.name.empty() || a.name.find('/') != std::string::npos || a.name.find('\0') != std::string::npos)
+      throw InvalidArgument(where + "array name " + core::quote_name(a.name) +
+                            " cannot name an .npz entry (empty, or holds '/' or NUL)");
+    if (std::find(seen.begin(), seen.end(), a.name) != seen.end())
+      throw InvalidArgument(where + "two arrays are named " + core::quote_name(a.name));
+    seen.push_back(a.name);
+  }
+  constexpr std::uint64_t kLimit = 0xffffffffu;
+  std::vector<std::byte> central;
+  std::uint64_t offset = 0;
+  core::AtomicFile out(path, component);
+  for (const NamedArray& a : arrays) {
+    const std::vector<std::byte> body = npy_bytes(a, where);
+    const std::string entry = a.name + ".npy";
+    if (entry.size() > 0xffff) throw InvalidArgument(where + "array name " + core::quote_name(a.name) + " is too long");
+    if (offset + 30 + entry.size() + body.size() > kLimit)
+      throw UnsupportedError(where + "the archive would pass 4 GiB, which .npz files written here cannot hold (no "
+                             "zip64): write a .safetensors file instead");
+    const std::uint32_t crc = crc_of(body);
+    const auto size = static_cast<std::uint32_t>(body.size());
+    std::vector<std::byte> local;
+    put32(local, 0x04034b50);  // local file header
+    put16(local, 20);          // version needed: 2.0
+    put16(local, 0);           // flags
+    put16(local, 0);           // stored
+    put16(local, 0);           // time
+    put16(local, 0x21);        // date: 1980-01-01
+    put32(local, crc);
+    put32(local, size);
+    put32(local, size);
+    put16(local, static_cast<std::uint32_t>(entry.size()));
+    put16(local, 0);
+    put_text(local, entry);
+    out.write(local);
+    out.write(body);
+    put32(central, 0x02014b50);  // central directory header
+    put16(central, 20);          // made by: 2.0
+    put16(central, 20);
+    put16(central, 0);
+    put16(central, 0);
+    put16(central, 0);
+    put16(central, 0x21);
+    put32(central, crc);
+    put32(central, size);
+    put32(central, size);
+    put16(central, static_cast<std::uint32_t>(entry.size()));
+    put16(central, 0);  // extra
+    put16(central, 0);  // comment
+    put16(central, 0);  // disk
+    put16(central, 0);  // internal attributes
+    put32(central, 0);  // external attributes
+    put32(central, static_cast<std::uint32_t>(offset));
+    put_text(central, entry);
+    offset += local.size() + body.size();
+  }
+  if (arrays.size() > 0xffff || offset + central.size() + 22 > kLimit)
+    throw UnsupportedError(where + "too many arrays or bytes for an .npz without zip64: write a .safetensors file instead");
+  std::vector<std::byte> end;
+  put32(end, 0x06054b50);  // end of central directory
+  put16(end, 0);
+  put16(end, 0);
+  put16(end, static_cast<std::uint32_t>(arrays.size()));
+  put16(end, static_cast<std::uint32_t>(arrays.size()));
+  put32(end, static_cast<std::uint32_t>(central.size()));
+  put32(end, static_cast<std::uint32_t>(offset));
+  put16(end, 0);
+  out.write(central);
+  out.write(end);
+  out.commit();
 }
 
 }  // namespace tensoracle::npy

@@ -101,6 +101,28 @@ class File {
   bool npz_ = false;
 };
 
+// Writing. An array to write: `data` holds product(shape) elements of `dtype`, C order,
+// little-endian (borrowed for the call).
+struct NamedArray {
+  std::string name;
+  safetensors::Dtype dtype{};
+  std::vector<std::int64_t> shape;
+  std::span<const std::byte> data;
+};
+
+// The bytes of one .npy file (format 1.0, as np.save writes it: the header padded with spaces
+// to a multiple of 64 bytes). Only NumPy's own dtypes (float64/32/16, int8..64, uint8..64,
+// bool): UnsupportedError names the array and says to use safetensors for bfloat16, fp8 and
+// fp4, which NumPy stores only as raw bytes. InvalidArgument when data's size is not
+// shape × element size. `where` prefixes messages.
+std::vector<std::byte> npy_bytes(const NamedArray& array, const std::string& where);
+
+// Writes an .npz archive of `arrays` as np.savez does (stored zip entries NAME.npy, CRC-32s),
+// atomically (a temporary file renamed over `path`; nothing is left on failure). Names must be
+// unique, non-empty and free of '/' and NUL; the archive must stay under 4 GiB (no zip64):
+// larger outputs go to safetensors. `component` prefixes messages ("[run]").
+void write_npz(const std::filesystem::path& path, const std::vector<NamedArray>& arrays, const std::string& component);
+
 // Whether `bytes` start with the .npy magic (\x93NUMPY) / a zip record signature (PK).
 bool looks_like_npy(std::span<const std::byte> bytes) noexcept;
 bool looks_like_zip(std::span<const std::byte> bytes) noexcept;
