@@ -10,7 +10,8 @@
              number of lines, "..." inside a line any text, and numbers match within 2%
              (measured figures may move in their last digit on another CPU);
 - ```cpp     skipped here: CTest compiles and runs them (cpp/cmake/DocExamples.cmake);
-- ```sh      setup commands that cannot run inside the test suite; only those are allowed.
+- ```sh      setup commands that cannot run inside the test suite; only those are allowed;
+- ```text    shown, not run (a folder layout, a diagram).
 
 The folder holds a link `examples` to the repository's examples, and the page's own files.
 Exit status 0 when every block ran as shown; on a mismatch, the page, line and difference.
@@ -28,7 +29,7 @@ import sys
 import types
 
 FENCE = re.compile(r"^```(\w*)\s*$")
-LANGUAGES = {"python", "pycon", "console", "cpp", "sh"}
+LANGUAGES = {"python", "pycon", "console", "cpp", "sh", "text"}
 # What a ```sh block may run: installation and build steps of the repository itself.
 SETUP_COMMANDS = ("make ", "make\n", "cmake ", "ctest ", "git ", "source ", ".venv/bin/pip ", "pip ", "cd ", "apt-get ",
                   "sudo ", ".venv/bin/cmake ", ".venv/bin/ctest ", "#")
@@ -138,7 +139,7 @@ def run_page(page: pathlib.Path, workdir: pathlib.Path) -> None:
     for lang, code, line in found:
         where = f"{page.name}:{line}"
         if lang not in LANGUAGES:
-            raise PageError(f"{where}: fence ```{lang}: the guide's blocks are python, pycon, console, cpp or sh")
+            raise PageError(f"{where}: fence ```{lang}: the guide's blocks are python, pycon, console, cpp, sh or text")
         if lang == "python":
             exec(compile(code, where, "exec"), namespace)  # noqa: S102  (the page is the test)
         elif lang == "pycon":

@@ -40,6 +40,10 @@ def test_pages_link_only_to_pages_that_exist():
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_every_block_of_the_page_runs(page, cli, tmp_path):
+    run_page(page, cli, tmp_path)
+
+
+def run_page(page, cli, tmp_path):
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(pathlib.Path(cli).parent), str(pathlib.Path(sys.executable).parent), env["PATH"]])
     env["XDG_CACHE_HOME"] = str(tmp_path / "work" / "cache")
@@ -47,6 +51,11 @@ def test_every_block_of_the_page_runs(page, cli, tmp_path):
     p = subprocess.run([sys.executable, str(RUNNER), str(page), str(tmp_path / "work")], env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-5000:] + p.stderr[-5000:]
+
+
+def test_every_block_of_the_readme_runs(cli, tmp_path):
+    # The README's "Using it" is a program too: its snippets run in order, their output checked.
+    run_page(ROOT / "README.md", cli, tmp_path)
 
 
 def test_runner_matching_rules():
