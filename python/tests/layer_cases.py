@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import faulthandler
 import math
+import os
+import pathlib
+import platform
 import zlib
 from dataclasses import dataclass
 
@@ -443,3 +446,16 @@ def dequantize_ref(q: np.ndarray, scale: np.ndarray, to: str, axis: int = 1) -> 
     s = channel_scales(scale, q.shape, axis).astype(np.float32)
     prod = q.astype(np.float32) * s
     return as_type(round_to(prod.astype(np.float64), to), to)
+
+
+def cpu_runs_wide_attention() -> bool:
+    """Whether this CPU runs the attention kernel's AVX-512 products (cpu::attention_runs_wide):
+    x86-64 with AVX-512 F, DQ, BW and VL, and TENSORACLE_ATTENTION_NO_AVX512 unset."""
+    if platform.machine() not in ("x86_64", "AMD64") or os.environ.get("TENSORACLE_ATTENTION_NO_AVX512"):
+        return False
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((set(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")), set())
+    return {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= flags

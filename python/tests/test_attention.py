@@ -12,7 +12,7 @@ import pytest
 
 import tensoracle
 import tensoracle.trt as trt
-from layer_cases import NP_OF, assert_float_close, build, rng_for, trt_type_of
+from layer_cases import NP_OF, assert_float_close, build, cpu_runs_wide_attention, rng_for, trt_type_of
 
 SOFTMAX = trt.AttentionNormalizationOp.SOFTMAX
 NONE = trt.AttentionNormalizationOp.NONE
@@ -75,8 +75,11 @@ TOL = {"f32": dict(ulps=8, atol=2e-6), "f16": dict(ulps=1, atol=2e-5), "bf16": d
 TOL_CUDA = {"f32": TOL["f32"], "f16": dict(ulps=1, atol=6e-4), "bf16": dict(ulps=1, atol=4e-3)}
 
 
-# (device, type) where the builder replaces decomposed attention by the fused node
-FUSES_ATTENTION: dict = {}
+# (device, type) where the builder replaces decomposed attention (head size 32) by the fused
+# node: on the CPU where its AVX-512 products run (they beat oneDNN's batched products and the
+# softmax between them); not on CUDA until the tensor-core kernel has been measured against the
+# layers on the device.
+FUSES_ATTENTION: dict = {("cpu", t): cpu_runs_wide_attention() for t in ("f32", "f16")}
 
 
 def tol(device, t):
@@ -323,9 +326,7 @@ def test_builder_fuses_decomposed_attention_where_the_backend_gains(device, scal
     engine = build(graph, {n: a.shape for n, a in inputs.items()}, device)
     layers = engine.layers()
     types = [layer.type for layer in layers]
-    # where the backend's fused kernel wins (Backend::fuses_attention): not yet on the CPU (its
-    # GEMMs are faster than its fused kernel so far), nor on CUDA until the tensor-core kernel has
-    # been measured against the layers on the device
+    # where the backend's fused kernel wins (Backend::fuses_attention; FUSES_ATTENTION above)
     if FUSES_ATTENTION.get((device, t), False):
         assert types == ["attention"], [(layer.name, layer.type) for layer in layers]
         expected = ["scores"] + (["scale"] if scale_op else []) + (["masked"] if with_mask else []) + ["probs"]
@@ -346,10 +347,30 @@ def test_builder_fuses_decomposed_attention_where_the_backend_gains(device, scal
 
 
 def test_builder_leaves_attention_whose_scores_are_read_elsewhere():
+    # head size 32: the CPU would fuse this attention (where AVX-512 runs) but for the scores'
+    # second reader
     rng = rng_for("fusion-negative")
-    q, k, v = sample(rng, (1, 2, 4, 8), "f32"), sample(rng, (1, 2, 5, 8), "f32"), sample(rng, (1, 2, 5, 8), "f32")
+    q, k, v = sample(rng, (1, 2, 4, 32), "f32"), sample(rng, (1, 2, 5, 32), "f32"), sample(rng, (1, 2, 5, 32), "f32")
     graph = decomposed_graph(q, k, v, None, scores_output=True)
     engine = build(graph, {"q": q.shape, "k": k.shape, "v": v.shape}, "cpu")
     assert "attention" not in [layer.type for layer in engine.layers()]
     out = engine.create_execution().run({"q": q, "k": k, "v": v})
-    assert_float_close(out["y"], attention_ref(q, k, v, scale=1 / math.sqrt(8)), "f32", ulps=64, what="unfused")
+    assert_float_close(out["y"], attention_ref(q, k, v, scale=1 / math.sqrt(32)), "f32", ulps=64, atol=2e-6,
+                      what="unfused")
+
+
+@pytest.mark.parametrize("head, baseline", [(24, False), (32, True)], ids=["head-24", "no-avx512"])
+def test_the_cpu_keeps_the_layers_where_its_fused_kernel_would_lose(monkeypatch, head, baseline):
+    # Head sizes that are no multiple of 16, or a CPU (here: the switch) without the AVX-512
+    # products: the fused kernel's BLAS products per tile lose to the layers, so they stay.
+    if baseline:
+        monkeypatch.setenv("TENSORACLE_ATTENTION_NO_AVX512", "1")
+    rng = rng_for("fusion-cpu-loses", head, baseline)
+    q, k, v = (sample(rng, (2, 4, 9, head), "f32") for _ in range(3))
+    graph = decomposed_graph(q, k, v, None, scale_op="PROD")
+    engine = build(graph, {"q": q.shape, "k": k.shape, "v": v.shape}, "cpu")
+    assert "attention" not in [layer.type for layer in engine.layers()]
+    monkeypatch.delenv("TENSORACLE_ATTENTION_NO_AVX512", raising=False)
+    if head == 32 and cpu_runs_wide_attention():  # the same graph fuses once the switch is off
+        fused = build(graph, {"q": q.shape, "k": k.shape, "v": v.shape}, "cpu")
+        assert [layer.type for layer in fused.layers()] == ["attention"]

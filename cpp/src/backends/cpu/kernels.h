@@ -44,6 +44,10 @@ void activation(const ActivationParams& p, const TensorRef& x, const TensorRef& 
 // (online softmax over tiles of keys: no [queries, keys] buffer beyond a tile).
 void attention(const AttentionParams& p, const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* mask,
                const TensorRef& out);
+// Whether attention over heads of `head_size` runs the register-blocked AVX-512 products on this
+// machine (head sizes of 16·k on CPUs with AVX-512), where the fused node beats the layers it
+// replaces; the builder fuses attention for the CPU only there.
+bool attention_runs_wide(std::int64_t head_size);
 
 // ops/cast.cpp
 // Any supported type to any; out may alias x when both types have the same size.
