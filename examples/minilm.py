@@ -46,18 +46,16 @@ from safetensors.torch import save_file
 from torch import nn
 
 import tensoracle
-import tensoracle._native as _native
 import tensoracle.trt as trt
 from tensoracle import BuilderSettings, EngineBuild, InputShape, build_serialized_engine
 
-# Names TensorRT has in `tensorrt` that tensoracle.trt does not re-export (yet): take them from
-# the native module, which carries TensorRT's names and values.
-ReduceOperation = getattr(trt, "ReduceOperation", _native.ReduceOperation)
-SampleMode = getattr(trt, "SampleMode", _native.SampleMode)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bert  # noqa: E402  (examples/bert.py: BertModel's graph, whose pieces this encoder uses)
+
+ReduceOperation = bert.ReduceOperation
+PROD = trt.ElementWiseOperation.PROD
 
 MAX_ABS_ERROR = 1e-4  # pooled embeddings, fp32, against torch
-MASK_VALUE = float(np.finfo(np.float32).min)  # additive mask of padded keys, as Hugging Face uses
-NUMPY_TYPE = {trt.float32: np.float32, trt.float16: np.float16}  # the graph's float types
 
 
 @dataclass(frozen=True)
@@ -235,115 +233,29 @@ def graph(path, batch=None, seq=None, token_type_ids=False, dtype=trt.float32):
     constant) unless `token_type_ids` asks for a third int32 (B, S) input of that name.
     Output "embedding", of `dtype` (B, hidden): trt.float32, or trt.float16 for an engine whose
     weights and activations are float16 (the padded keys' additive mask then float16's
-    minimum). The hidden size, head count (hidden / 32) and
-    layer count come from the file.
+    minimum). The hidden size, head count (hidden / 32), intermediate size and layer count come
+    from the file; the embeddings and layers are examples/bert.py's (BertModel's graph, which
+    reads a checkpoint's config.json instead).
     """
 
     def define(network):
         w = load_file(str(path))
-        hidden = w["embeddings.word_embeddings.weight"].shape[1]
-        heads = hidden // 32
-        head_dim = hidden // heads
-        layers = 1 + max(int(k.split(".")[2]) for k in w if k.startswith("encoder.layer."))
-
-        def constant(array, shape=None):
-            array = np.ascontiguousarray(array, dtype=NUMPY_TYPE[dtype])
-            if shape is not None:
-                array = array.reshape(shape)
-            return network.add_constant(array.shape, array).get_output(0)
-
-        def scalar(value, rank):
-            return constant(np.array(value), (1,) * rank)
-
-        def out(layer):
-            return layer.get_output(0)
-
-        def reshape(x, dims, second_transpose=None, first_transpose=None):
-            layer = network.add_shuffle(x)
-            if first_transpose is not None:
-                layer.first_transpose = first_transpose
-            layer.reshape_dims = dims
-            if second_transpose is not None:
-                layer.second_transpose = second_transpose
-            return out(layer)
-
-        def named(layer, name):
-            layer.name = name
-            return layer.get_output(0)
-
-        def matmul(a, b, op1=trt.MatrixOperation.NONE):
-            return network.add_matrix_multiply(a, trt.MatrixOperation.NONE, b, op1)
-
-        def linear(x, prefix):
-            # torch's Linear stores (out, in): y = x @ W^T + b, with W^T as a (1, in, out) constant.
-            weight = constant(w[prefix + ".weight"].T[None])
-            bias = constant(w[prefix + ".bias"][None, None])
-            y = named(matmul(x, weight), prefix)
-            return named(network.add_elementwise(y, bias, trt.ElementWiseOperation.SUM), prefix + ".bias")
-
-        def layer_norm(x, prefix):
-            scale = constant(w[prefix + ".weight"][None, None])
-            bias = constant(w[prefix + ".bias"][None, None])
-            norm = network.add_normalization(x, scale, bias, 1 << 2)
-            norm.epsilon = 1e-12
-            return named(norm, prefix)
-
-        SUM, PROD = trt.ElementWiseOperation.SUM, trt.ElementWiseOperation.PROD
+        vocab, hidden = w["embeddings.word_embeddings.weight"].shape
+        c = bert.BertConfig(
+            vocab=vocab, hidden=hidden, heads=hidden // 32,
+            layers=1 + max(int(k.split(".")[2]) for k in w if k.startswith("encoder.layer.")),
+            intermediate=w["encoder.layer.0.intermediate.dense.weight"].shape[0], act="gelu", eps=1e-12,
+            max_positions=w["embeddings.position_embeddings.weight"].shape[0],
+            type_vocab=w["embeddings.token_type_embeddings.weight"].shape[0])
+        net = bert.Net(network, w, dtype, c.eps)
+        named, reshape, scalar = net.named, net.reshape, net.scalar
         B, S = (-1 if batch is None else batch), (-1 if seq is None else seq)
         input_ids = network.add_input("input_ids", trt.int32, (B, S))
         attention_mask = network.add_input("attention_mask", trt.int32, (B, S))
-        mask = out(network.add_cast(attention_mask, dtype))  # (B, S)
-
-        # embeddings: word + position + token type 0, then LayerNorm
-        words = network.add_gather(constant(w["embeddings.word_embeddings.weight"]), input_ids, 0)
-        words = named(words, "embeddings.words")
-        table = constant(w["embeddings.position_embeddings.weight"])
-        rows = w["embeddings.position_embeddings.weight"].shape[0]
-        if seq is not None:  # position ids: a constant arange sliced to S, gathered from the table
-            arange = out(network.add_constant((1, rows), np.arange(rows, dtype=np.int32)))
-            ids = named(network.add_slice(arange, (0, 0), (1, seq), (1, 1)), "embeddings.position_ids")
-            positions = out(network.add_gather(table, ids, 0))  # (1, S, hidden)
-        else:  # S known at run time only: see dynamic_rows
-            positions = reshape(dynamic_rows(network, table, mask, rows, NUMPY_TYPE[dtype]), (1, -1, hidden))
-        types = w["embeddings.token_type_embeddings.weight"]
-        if token_type_ids:
-            type_ids = network.add_input("token_type_ids", trt.int32, (B, S))
-            token_type = out(network.add_gather(constant(types), type_ids, 0))  # (B, S, hidden)
-        else:
-            token_type = constant(types[0], (1, 1, hidden))
-        x = named(network.add_elementwise(words, positions, SUM), "embeddings.positions")
-        x = named(network.add_elementwise(x, token_type, SUM), "embeddings.token_type")
-        x = layer_norm(x, "embeddings.LayerNorm")
-
-        # additive attention mask (1 - mask) * MASK_VALUE, as (B, 1, 1, S)
-        padded = named(network.add_elementwise(scalar(1.0, 2), mask, trt.ElementWiseOperation.SUB), "mask.padded")
-        minimum = float(np.finfo(NUMPY_TYPE[dtype]).min)
-        additive = named(network.add_elementwise(padded, scalar(minimum, 2), PROD), "mask.additive")
-        additive = reshape(additive, (0, 1, 1, -1))
-
-        for i in range(layers):
-            p = f"encoder.layer.{i}"
-            # (B, S, hidden) -> (B, heads, S, head_dim)
-            q, k, v = (
-                reshape(linear(x, f"{p}.attention.self.{n}"), (0, 0, heads, head_dim), second_transpose=(0, 2, 1, 3))
-                for n in ("query", "key", "value")
-            )
-            a = f"{p}.attention.self"
-            scores = named(matmul(q, k, trt.MatrixOperation.TRANSPOSE), a + ".scores")
-            scores = named(network.add_elementwise(scores, scalar(1.0 / math.sqrt(head_dim), 4), PROD), a + ".scale")
-            scores = named(network.add_elementwise(scores, additive, SUM), a + ".mask")
-            softmax = network.add_softmax(scores)
-            softmax.axes = 1 << 3
-            probs = named(softmax, a + ".softmax")
-            context = named(matmul(probs, v), a + ".context")
-            context = reshape(context, (0, 0, hidden), first_transpose=(0, 2, 1, 3))  # (B, S, hidden)
-            o = f"{p}.attention.output"
-            x = named(network.add_elementwise(linear(context, o + ".dense"), x, SUM), o + ".residual")
-            x = layer_norm(x, o + ".LayerNorm")
-            h = network.add_activation(linear(x, f"{p}.intermediate.dense"), trt.ActivationType.GELU_ERF)
-            h = named(h, f"{p}.intermediate.gelu")
-            x = named(network.add_elementwise(linear(h, f"{p}.output.dense"), x, SUM), f"{p}.output.residual")
-            x = layer_norm(x, f"{p}.output.LayerNorm")
+        types = network.add_input("token_type_ids", trt.int32, (B, S)) if token_type_ids else None
+        mask = network.add_cast(attention_mask, dtype).get_output(0)  # (B, S)
+        x = bert.embeddings(net, input_ids, mask, seq, types)
+        x = bert.encoder(net, c, x, bert.additive_mask(net, mask))
 
         # mean pooling over the kept tokens: sum(h * mask) / max(sum(mask), 1e-9)
         weighted = named(network.add_elementwise(x, reshape(mask, (0, 0, 1)), PROD), "pooling.weighted")
@@ -357,44 +269,8 @@ def graph(path, batch=None, seq=None, token_type_ids=False, dtype=trt.float32):
     return define
 
 
-def dynamic_rows(network, table, like, rows, numpy_type=np.float32):
-    """The first S rows of the constant `table` (rows x width), S being `like`'s dim 1 at run time.
-
-    No shape layer, no dynamic slice: table^T's first S columns are picked by a one-hot
-    (rows x S) matrix E with E[r, c] = [r == c], and E is built with static-size ops only.
-    """
-    SUM, PROD = trt.ElementWiseOperation.SUM, trt.ElementWiseOperation.PROD
-
-    def out(layer):
-        return layer.get_output(0)
-
-    def const(values, shape):
-        array = np.asarray(values, dtype=numpy_type).reshape(shape)
-        return out(network.add_constant(array.shape, array))
-
-    def reshape(x, dims):
-        layer = network.add_shuffle(x)
-        layer.reshape_dims = dims
-        return out(layer)
-
-    # a (1, S) row of ones: row 0 of `like` (B >= 1), times 0, plus 1
-    row = out(network.add_gather(like, out(network.add_constant((1,), np.zeros(1, np.int32))), 0))
-    ones = out(network.add_elementwise(out(network.add_elementwise(row, const(0, (1, 1)), PROD)), const(1, (1, 1)), SUM))
-    # m[r] = [r < S] for r < rows: a FILL slice (zeros beyond the input) of the row of ones
-    fill = network.add_slice(ones, (0, 0), (1, rows), (1, 1))
-    fill.mode = SampleMode.FILL
-    m = reshape(out(fill), (rows, 1))
-    # e = [1, 0, ..., 0] of length S + 1: 1 - (the row of ones padded by one zero in front)
-    padded = out(network.add_padding_nd(ones, (1,), (0,)))
-    e = out(network.add_elementwise(const(1, (1, 1)), padded, trt.ElementWiseOperation.SUB))
-    # (rows, S+1) with ones at [r, 0] for r < S; flat, they sit at r * (S + 1). Dropping the
-    # last `rows` elements and reading the rest as (rows, S) puts them at [r, r].
-    grid = reshape(out(network.add_elementwise(m, e, PROD)), (1, -1))
-    cropped = out(network.add_padding_nd(grid, (0,), (-rows,)))
-    onehot = reshape(cropped, (rows, -1))  # (rows, S)
-    # (S, width) = onehot^T @ table
-    return out(network.add_matrix_multiply(onehot, trt.MatrixOperation.TRANSPOSE, table, trt.MatrixOperation.NONE))
-# -------------------------------------------------------------------------------------------
+# The runtime-S position rows (a one-hot product), shared with examples/bert.py.
+dynamic_rows = bert.dynamic_rows
 
 
 def sample_inputs(batch: int = 2, seq: int = 16, seed: int = 1, vocab: int = MINILM.vocab) -> dict[str, np.ndarray]:

@@ -44,18 +44,16 @@ import argparse
 import os
 import pathlib
 import platform
-import statistics
 import sys
 import tempfile
 import time
-from typing import Callable
 
 import numpy as np
 
 # tensoracle first: its OpenMP runtime (libgomp, shared by soname with torch's) is then
 # initialised with tensoracle's default wait policy (passive: see tensoracle/__init__.py).
 import tensoracle  # noqa: I001
-from bench_common import cpu_model, load_line
+from bench_common import Peer, cpu_model, interleaved, load_line
 
 import onnxruntime as ort
 import torch
@@ -65,26 +63,6 @@ import minilm  # noqa: E402
 
 TARGET_RATIO = 1.3
 MAX_ABS_ERROR = 1e-4
-
-
-class Peer:
-    def __init__(self, label: str, fn: Callable[[], object]):
-        self.label, self.fn, self.times_ms = label, fn, []
-
-    def time(self, iterations: int) -> None:
-        fn, clock = self.fn, time.perf_counter_ns
-        for _ in range(iterations):
-            t0 = clock()
-            fn()
-            self.times_ms.append((clock() - t0) / 1e6)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times_ms)
-
-    @property
-    def p90(self) -> float:
-        return float(np.percentile(self.times_ms, 90))
 
 
 def export_onnx(model: torch.nn.Module, inputs: dict[str, np.ndarray], path: pathlib.Path) -> None:
@@ -329,9 +307,7 @@ def main(argv: list[str]) -> int:
     if not np.array_equal(run_out, out_static):
         bad.append("execution.run differs from enqueue")
 
-    for r in range(args.rounds):
-        for i in range(len(peers)):
-            peers[(r + i) % len(peers)].time(args.iterations)
+    interleaved(peers, args.rounds, args.iterations)
 
     total = args.rounds * args.iterations
     tokens = args.batch * args.seq
