@@ -168,6 +168,15 @@ void bind_engine(nb::module_& m) {
       "Calls graph(network) once, builds the network into an engine and returns the engine file's bytes");
 
   m.def(
+      "build_serialized_network",
+      [](const Network& network, const EngineBuild& decl) {
+        auto bytes = build_serialized_network(network, decl);
+        return nb::bytes(bytes.data(), bytes.size());
+      },
+      nb::arg("network"), nb::arg("declaration"),
+      "Builds a network defined beforehand (trt.Builder's build_serialized_network) and returns the engine file's bytes");
+
+  m.def(
       "save_engine",
       [](nb::bytes data, const std::filesystem::path& path) {
         save_engine(std::span(static_cast<const std::byte*>(data.data()), data.size()), path);

@@ -69,14 +69,14 @@ nb::object network_for_graph(Network& net) {
 }
 
 void bind_network(nb::module_& m) {
-  nb::enum_<DataType>(m, "DataType")
+  nb::enum_<DataType>(m, "DataType", nb::is_arithmetic())
       .value("FLOAT", DataType::kFLOAT).value("HALF", DataType::kHALF).value("INT8", DataType::kINT8)
       .value("INT32", DataType::kINT32).value("BOOL", DataType::kBOOL).value("UINT8", DataType::kUINT8)
       .value("FP8", DataType::kFP8).value("BF16", DataType::kBF16).value("INT64", DataType::kINT64);
-  nb::enum_<MatrixOperation>(m, "MatrixOperation")
+  nb::enum_<MatrixOperation>(m, "MatrixOperation", nb::is_arithmetic())
       .value("NONE", MatrixOperation::kNONE).value("TRANSPOSE", MatrixOperation::kTRANSPOSE)
       .value("VECTOR", MatrixOperation::kVECTOR);
-  nb::enum_<ElementWiseOperation>(m, "ElementWiseOperation")
+  nb::enum_<ElementWiseOperation>(m, "ElementWiseOperation", nb::is_arithmetic())
       .value("SUM", ElementWiseOperation::kSUM).value("PROD", ElementWiseOperation::kPROD)
       .value("MAX", ElementWiseOperation::kMAX).value("MIN", ElementWiseOperation::kMIN)
       .value("SUB", ElementWiseOperation::kSUB).value("DIV", ElementWiseOperation::kDIV)
@@ -84,7 +84,7 @@ void bind_network(nb::module_& m) {
       .value("AND", ElementWiseOperation::kAND).value("OR", ElementWiseOperation::kOR)
       .value("XOR", ElementWiseOperation::kXOR).value("EQUAL", ElementWiseOperation::kEQUAL)
       .value("GREATER", ElementWiseOperation::kGREATER).value("LESS", ElementWiseOperation::kLESS);
-  nb::enum_<ActivationType>(m, "ActivationType")
+  nb::enum_<ActivationType>(m, "ActivationType", nb::is_arithmetic())
       .value("RELU", ActivationType::kRELU).value("SIGMOID", ActivationType::kSIGMOID)
       .value("TANH", ActivationType::kTANH).value("LEAKY_RELU", ActivationType::kLEAKY_RELU)
       .value("ELU", ActivationType::kELU).value("SELU", ActivationType::kSELU)
@@ -92,7 +92,7 @@ void bind_network(nb::module_& m) {
       .value("CLIP", ActivationType::kCLIP).value("HARD_SIGMOID", ActivationType::kHARD_SIGMOID)
       .value("SCALED_TANH", ActivationType::kSCALED_TANH).value("THRESHOLDED_RELU", ActivationType::kTHRESHOLDED_RELU)
       .value("GELU_ERF", ActivationType::kGELU_ERF).value("GELU_TANH", ActivationType::kGELU_TANH);
-  nb::enum_<UnaryOperation>(m, "UnaryOperation")
+  nb::enum_<UnaryOperation>(m, "UnaryOperation", nb::is_arithmetic())
       .value("EXP", UnaryOperation::kEXP).value("LOG", UnaryOperation::kLOG).value("SQRT", UnaryOperation::kSQRT)
       .value("RECIP", UnaryOperation::kRECIP).value("ABS", UnaryOperation::kABS).value("NEG", UnaryOperation::kNEG)
       .value("SIN", UnaryOperation::kSIN).value("COS", UnaryOperation::kCOS).value("TAN", UnaryOperation::kTAN)
@@ -102,37 +102,37 @@ void bind_network(nb::module_& m) {
       .value("FLOOR", UnaryOperation::kFLOOR).value("ERF", UnaryOperation::kERF).value("NOT", UnaryOperation::kNOT)
       .value("SIGN", UnaryOperation::kSIGN).value("ROUND", UnaryOperation::kROUND).value("ISINF", UnaryOperation::kISINF)
       .value("ISNAN", UnaryOperation::kISNAN);
-  nb::enum_<ReduceOperation>(m, "ReduceOperation")
+  nb::enum_<ReduceOperation>(m, "ReduceOperation", nb::is_arithmetic())
       .value("SUM", ReduceOperation::kSUM).value("PROD", ReduceOperation::kPROD).value("MAX", ReduceOperation::kMAX)
       .value("MIN", ReduceOperation::kMIN).value("AVG", ReduceOperation::kAVG);
-  nb::enum_<PoolingType>(m, "PoolingType")
+  nb::enum_<PoolingType>(m, "PoolingType", nb::is_arithmetic())
       .value("MAX", PoolingType::kMAX).value("AVERAGE", PoolingType::kAVERAGE)
       .value("MAX_AVERAGE_BLEND", PoolingType::kMAX_AVERAGE_BLEND);
-  nb::enum_<PaddingMode>(m, "PaddingMode")
+  nb::enum_<PaddingMode>(m, "PaddingMode", nb::is_arithmetic())
       .value("EXPLICIT_ROUND_DOWN", PaddingMode::kEXPLICIT_ROUND_DOWN).value("EXPLICIT_ROUND_UP", PaddingMode::kEXPLICIT_ROUND_UP)
       .value("SAME_UPPER", PaddingMode::kSAME_UPPER).value("SAME_LOWER", PaddingMode::kSAME_LOWER);
-  nb::enum_<GatherMode>(m, "GatherMode")
+  nb::enum_<GatherMode>(m, "GatherMode", nb::is_arithmetic())
       .value("DEFAULT", GatherMode::kDEFAULT).value("ELEMENT", GatherMode::kELEMENT).value("ND", GatherMode::kND);
-  nb::enum_<SampleMode>(m, "SampleMode")
+  nb::enum_<SampleMode>(m, "SampleMode", nb::is_arithmetic())
       .value("STRICT_BOUNDS", SampleMode::kSTRICT_BOUNDS).value("DEFAULT", SampleMode::kSTRICT_BOUNDS)
       .value("WRAP", SampleMode::kWRAP).value("CLAMP", SampleMode::kCLAMP).value("FILL", SampleMode::kFILL)
       .value("REFLECT", SampleMode::kREFLECT);
-  nb::enum_<InterpolationMode>(m, "InterpolationMode")
+  nb::enum_<InterpolationMode>(m, "InterpolationMode", nb::is_arithmetic())
       .value("NEAREST", InterpolationMode::kNEAREST).value("LINEAR", InterpolationMode::kLINEAR)
       .value("CUBIC", InterpolationMode::kCUBIC);
-  nb::enum_<ResizeCoordinateTransformation>(m, "ResizeCoordinateTransformation")
+  nb::enum_<ResizeCoordinateTransformation>(m, "ResizeCoordinateTransformation", nb::is_arithmetic())
       .value("ALIGN_CORNERS", ResizeCoordinateTransformation::kALIGN_CORNERS)
       .value("ASYMMETRIC", ResizeCoordinateTransformation::kASYMMETRIC)
       .value("HALF_PIXEL", ResizeCoordinateTransformation::kHALF_PIXEL);
-  nb::enum_<ResizeSelector>(m, "ResizeSelector")
+  nb::enum_<ResizeSelector>(m, "ResizeSelector", nb::is_arithmetic())
       .value("FORMULA", ResizeSelector::kFORMULA).value("UPPER", ResizeSelector::kUPPER);
-  nb::enum_<ResizeRoundMode>(m, "ResizeRoundMode")
+  nb::enum_<ResizeRoundMode>(m, "ResizeRoundMode", nb::is_arithmetic())
       .value("HALF_UP", ResizeRoundMode::kHALF_UP).value("HALF_DOWN", ResizeRoundMode::kHALF_DOWN)
       .value("FLOOR", ResizeRoundMode::kFLOOR).value("CEIL", ResizeRoundMode::kCEIL);
-  nb::enum_<TopKOperation>(m, "TopKOperation").value("MAX", TopKOperation::kMAX).value("MIN", TopKOperation::kMIN);
-  nb::enum_<AttentionNormalizationOp>(m, "AttentionNormalizationOp")
+  nb::enum_<TopKOperation>(m, "TopKOperation", nb::is_arithmetic()).value("MAX", TopKOperation::kMAX).value("MIN", TopKOperation::kMIN);
+  nb::enum_<AttentionNormalizationOp>(m, "AttentionNormalizationOp", nb::is_arithmetic())
       .value("NONE", AttentionNormalizationOp::kNONE).value("SOFTMAX", AttentionNormalizationOp::kSOFTMAX);
-  nb::enum_<LayerType>(m, "LayerType")
+  nb::enum_<LayerType>(m, "LayerType", nb::is_arithmetic())
       .value("INPUT", LayerType::kINPUT).value("CONSTANT", LayerType::kCONSTANT)
       .value("MATRIX_MULTIPLY", LayerType::kMATRIX_MULTIPLY).value("ELEMENTWISE", LayerType::kELEMENTWISE)
       .value("ACTIVATION", LayerType::kACTIVATION).value("CAST", LayerType::kCAST)

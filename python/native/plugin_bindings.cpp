@@ -128,7 +128,7 @@ std::vector<PluginField> plugin_fields_from(nb::handle fields, const std::string
 }
 
 void bind_plugins(nb::module_& m) {
-  nb::enum_<PluginFieldType>(m, "PluginFieldType")
+  nb::enum_<PluginFieldType>(m, "PluginFieldType", nb::is_arithmetic())
       .value("INT32", PluginFieldType::kINT32).value("INT64", PluginFieldType::kINT64)
       .value("FLOAT32", PluginFieldType::kFLOAT32).value("FLOAT64", PluginFieldType::kFLOAT64)
       .value("STRING", PluginFieldType::kSTRING).value("BYTES", PluginFieldType::kBYTES);

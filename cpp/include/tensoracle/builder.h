@@ -68,4 +68,10 @@ using GraphFunction = std::function<void(Network&)>;
 std::vector<std::byte> build_serialized_engine(const GraphFunction& graph, const EngineBuild& declaration,
                                                const std::vector<std::filesystem::path>& plugins = {});
 
+// Builds a network that is already defined (TensorRT's IBuilder::buildSerializedNetwork): the
+// same build as above, for a program that creates the Network itself, adds its layers, then
+// declares the shapes. The network is only read; it may be built again with other declarations.
+// Plugin libraries its plugin layers need were loaded when the layers were added.
+std::vector<std::byte> build_serialized_network(const Network& network, const EngineBuild& declaration);
+
 }  // namespace tensoracle

@@ -92,12 +92,17 @@ std::vector<std::byte> build_serialized_engine(const GraphFunction& graph_fn, co
                                                const std::vector<std::filesystem::path>& plugins) {
   decl.settings.validate();
   load_plugin_libraries(plugins);  // before the graph function, which may add plugin layers
-  const backends::Backend& backend = runtime::backend_for(decl.settings.device);
+  runtime::backend_for(decl.settings.device);  // an unusable device fails before the graph function runs
 
   // Shared, so that the graph function may keep the network beyond this call (builder.h).
   const auto owned = std::make_shared<Network>();
-  Network& net = *owned;
-  graph_fn(net);
+  graph_fn(*owned);
+  return build_serialized_network(*owned, decl);
+}
+
+std::vector<std::byte> build_serialized_network(const Network& net, const EngineBuild& decl) {
+  decl.settings.validate();
+  const backends::Backend& backend = runtime::backend_for(decl.settings.device);
   net.validate();
   auto profile = check_declaration(net, decl);
 

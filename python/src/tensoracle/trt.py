@@ -10,6 +10,9 @@ changing only ``import tensorrt as trt`` to ``import tensoracle.trt as trt``.
         network.mark_output(y)
 """
 
+import builtins as _builtins
+import enum as _enum
+
 from tensoracle._native import (
     ActivationType,
     AttentionNormalizationOp,
@@ -62,6 +65,13 @@ from tensoracle._native import (
     UnaryOperation,
 )
 
+from tensoracle._native import (  # noqa: E402
+    BuilderSettings as _BuilderSettings,
+    EngineBuild as _EngineBuild,
+    InputShape as _InputShape,
+    UnsupportedError as _UnsupportedError,
+    build_serialized_network as _build_serialized_network,
+)
 from tensoracle.plugins import PluginField, PluginFieldCollection  # noqa: E402
 
 float32 = DataType.FLOAT
@@ -80,6 +90,49 @@ def Dims(shape=()):  # noqa: N802  (TensorRT's name)
     return tuple(int(d) for d in shape)
 
 
+def Dims2(d0, d1):  # noqa: N802
+    return (int(d0), int(d1))
+
+
+def DimsHW(h, w):  # noqa: N802
+    return (int(h), int(w))
+
+
+def Dims3(d0, d1, d2):  # noqa: N802
+    return (int(d0), int(d1), int(d2))
+
+
+def Dims4(d0, d1, d2, d3):  # noqa: N802
+    return (int(d0), int(d1), int(d2), int(d3))
+
+
+def volume(shape) -> int:
+    """The product of the dims (TensorRT's trt.volume); 1 for a scalar's empty shape."""
+    v = 1
+    for d in shape:
+        v *= int(d)
+    return v
+
+
+def nptype(dtype):
+    """The NumPy type of a DataType (TensorRT's trt.nptype); bfloat16 and fp8 from ml_dtypes."""
+    import ml_dtypes
+    import numpy as np
+
+    table = {DataType.FLOAT: np.float32, DataType.HALF: np.float16, DataType.INT8: np.int8, DataType.INT32: np.int32,
+             DataType.INT64: np.int64, DataType.BOOL: np.bool_, DataType.UINT8: np.uint8,
+             DataType.BF16: ml_dtypes.bfloat16, DataType.FP8: ml_dtypes.float8_e4m3fn}
+    return table[dtype]
+
+
+def Weights(a=None):  # noqa: N802
+    """TensorRT's Weights: here the NumPy array itself (add_constant and the layers take arrays);
+    Weights() is an empty float32 array (TensorRT's "no weights")."""
+    import numpy as np
+
+    return np.zeros(0, np.float32) if a is None else np.ascontiguousarray(a)
+
+
 def Permutation(order):  # noqa: N802
     """TensorRT's Permutation: here simply a tuple of ints."""
     return tuple(int(i) for i in order)
@@ -92,6 +145,224 @@ class Logger:
 
     def __init__(self, min_severity=WARNING):
         self.min_severity = min_severity
+
+
+class NetworkDefinitionCreationFlag(_enum.IntEnum):
+    """TensorRT's values. EXPLICIT_BATCH (deprecated in TensorRT 10) changes nothing; networks are
+    always strongly typed here (every tensor keeps the type its layers give it), so STRONGLY_TYPED
+    changes nothing either."""
+
+    EXPLICIT_BATCH = 0
+    STRONGLY_TYPED = 1
+    PREFER_JIT_PYTHON_PLUGINS = 2
+    PREFER_AOT_PYTHON_PLUGINS = 3
+
+
+class BuilderFlag(_enum.IntEnum):
+    """TensorRT's values. See IBuilderConfig.set_flag for what each does here."""
+
+    FP16 = 0
+    INT8 = 1
+    DEBUG = 2
+    GPU_FALLBACK = 3
+    REFIT = 4
+    DISABLE_TIMING_CACHE = 5
+    TF32 = 6
+    SPARSE_WEIGHTS = 7
+    SAFETY_SCOPE = 8
+    OBEY_PRECISION_CONSTRAINTS = 9
+    PREFER_PRECISION_CONSTRAINTS = 10
+    DIRECT_IO = 11
+    REJECT_EMPTY_ALGORITHMS = 12
+    VERSION_COMPATIBLE = 13
+    EXCLUDE_LEAN_RUNTIME = 14
+    FP8 = 15
+    ERROR_ON_TIMING_CACHE_MISS = 16
+    BF16 = 17
+    DISABLE_COMPILATION_CACHE = 18
+    STRIP_PLAN = 19
+    REFIT_IDENTICAL = 20
+    WEIGHT_STREAMING = 21
+    INT4 = 22
+    REFIT_INDIVIDUAL = 23
+    STRICT_NANS = 24
+    MONITOR_MEMORY = 25
+    FP4 = 26
+
+
+class MemoryPoolType(_enum.IntEnum):
+    WORKSPACE = 0
+    DLA_MANAGED_SRAM = 1
+    DLA_LOCAL_DRAM = 2
+    DLA_GLOBAL_DRAM = 3
+    TACTIC_DRAM = 4
+    TACTIC_SHARED_MEMORY = 5
+
+
+# Flags whose meaning holds here without doing anything: FP16/BF16/INT8/FP8/FP4/INT4 permit lower
+# precisions (TensorRT may still run a layer in its declared type, and tensoracle always does:
+# precision comes from the network's types and Q/DQ layers); DEBUG, GPU_FALLBACK,
+# DISABLE_TIMING_CACHE, DISABLE_COMPILATION_CACHE, DIRECT_IO, REJECT_EMPTY_ALGORITHMS,
+# ERROR_ON_TIMING_CACHE_MISS, MONITOR_MEMORY concern machinery tensoracle does not have; STRICT_NANS
+# is what tensoracle always does (no 0*x => 0 rewrites); PREFER/OBEY_PRECISION_CONSTRAINTS hold
+# since layers run in their declared types.
+_HONOURED_FLAGS = {BuilderFlag.FP16, BuilderFlag.BF16, BuilderFlag.INT8, BuilderFlag.FP8, BuilderFlag.FP4,
+                   BuilderFlag.INT4, BuilderFlag.DEBUG, BuilderFlag.GPU_FALLBACK, BuilderFlag.DISABLE_TIMING_CACHE,
+                   BuilderFlag.DISABLE_COMPILATION_CACHE, BuilderFlag.DIRECT_IO, BuilderFlag.REJECT_EMPTY_ALGORITHMS,
+                   BuilderFlag.ERROR_ON_TIMING_CACHE_MISS, BuilderFlag.MONITOR_MEMORY, BuilderFlag.STRICT_NANS,
+                   BuilderFlag.PREFER_PRECISION_CONSTRAINTS, BuilderFlag.OBEY_PRECISION_CONSTRAINTS}
+
+
+class IOptimizationProfile:
+    """Input shapes of one profile: set_shape(name, min, opt, max) per input."""
+
+    def __init__(self):
+        self._shapes = {}
+
+    def set_shape(self, input, min, opt, max):  # noqa: A002  (TensorRT's parameter names)
+        self._shapes[input] = (Dims(min), Dims(opt), Dims(max))
+
+    def get_shape(self, input):  # noqa: A002
+        return [list(d) for d in self._shapes[input]] if input in self._shapes else []
+
+    def set_shape_input(self, input, min, opt, max):  # noqa: A002
+        raise _UnsupportedError(f"[trt] set_shape_input('{input}'): shape-tensor inputs with profiles of values are not "
+                                "supported; give the values as a constant or an execution-time input tensor")
+
+    def __bool__(self):
+        return True
+
+
+class IBuilderConfig:
+    """Builder settings: the workspace pool, optimization level, flags and the profile. One addition
+    of tensoracle's: ``device`` ("auto", "cpu" or "cuda:N"; TensorRT always builds for the GPU)."""
+
+    def __init__(self):
+        self.builder_optimization_level = 3
+        self.device = "auto"
+        self._flags = 0
+        self._workspace = 0
+        self._profiles = []
+        self.int8_calibrator = None
+        self.progress_monitor = None
+
+    def set_memory_pool_limit(self, pool, pool_size):
+        if MemoryPoolType(pool) != MemoryPoolType.WORKSPACE:
+            raise _UnsupportedError(f"[trt] set_memory_pool_limit({MemoryPoolType(pool).name}): only the WORKSPACE "
+                                    "pool exists here (no DLA, no separate tactic pools)")
+        self._workspace = int(pool_size)
+
+    def get_memory_pool_limit(self, pool):
+        return self._workspace if MemoryPoolType(pool) == MemoryPoolType.WORKSPACE else 0
+
+    def set_flag(self, flag):
+        flag = BuilderFlag(flag)
+        if flag == BuilderFlag.TF32:
+            raise _UnsupportedError("[trt] BuilderFlag.TF32: tensoracle never computes float32 in TF32 (the "
+                                    "results would change); leave the flag cleared")
+        if flag not in _HONOURED_FLAGS:
+            raise _UnsupportedError(f"[trt] BuilderFlag.{flag.name} is not supported by tensoracle's builder")
+        self._flags |= 1 << int(flag)
+
+    def clear_flag(self, flag):
+        self._flags &= ~(1 << int(BuilderFlag(flag)))
+
+    def get_flag(self, flag):
+        return _builtins.bool(self._flags >> int(BuilderFlag(flag)) & 1)
+
+    @property
+    def flags(self):
+        return self._flags
+
+    @flags.setter
+    def flags(self, value):
+        for flag in BuilderFlag:
+            if value >> int(flag) & 1:
+                self.set_flag(flag)
+        self._flags = int(value)
+
+    def add_optimization_profile(self, profile):
+        if self._profiles:
+            raise _UnsupportedError("[trt] add_optimization_profile: one profile per engine here; build one engine "
+                                    "per profile")
+        self._profiles.append(profile)
+        return len(self._profiles) - 1
+
+    @property
+    def num_optimization_profiles(self):
+        return len(self._profiles)
+
+
+class IHostMemory(bytes):
+    """The serialized engine (TensorRT's IHostMemory): the engine file's bytes."""
+
+    @property
+    def nbytes(self):
+        return len(self)
+
+
+class Builder:
+    """TensorRT's IBuilder: network, config and profiles, then build_serialized_network. The
+    network is defined once, layer by layer, before its shapes are declared, as TensorRT does."""
+
+    def __init__(self, logger=None):
+        self.logger = logger
+        self.max_threads = 0
+
+    def create_network(self, flags=0):
+        unknown = int(flags) & ~((1 << 4) - 1)
+        if unknown:
+            raise _UnsupportedError(f"[trt] create_network: unknown NetworkDefinitionCreationFlag bits {unknown:#x}")
+        return INetworkDefinition()
+
+    def create_builder_config(self):
+        return IBuilderConfig()
+
+    def create_optimization_profile(self):
+        return IOptimizationProfile()
+
+    @property
+    def platform_has_fast_fp16(self):
+        return True
+
+    @property
+    def platform_has_tf32(self):
+        return False
+
+    def is_network_supported(self, network, config):
+        try:
+            self.build_serialized_network(network, config)
+        except Exception:  # noqa: BLE001  (TensorRT's contract: a yes or no)
+            return False
+        return True
+
+    def build_serialized_network(self, network, config):
+        """The engine's bytes; inputs with -1 dims take their shapes from the config's profile,
+        fully static inputs their own dims."""
+        if config.int8_calibrator is not None:
+            raise _UnsupportedError("[trt] int8_calibrator: implicit INT8 quantization with a calibrator (deprecated in "
+                                    "TensorRT 10) is not supported; quantize explicitly with add_quantize / "
+                                    "add_dequantize and their scales")
+        profile = config._profiles[0]._shapes if config._profiles else {}
+        inputs = {}
+        for i in range(network.num_inputs):
+            tensor = network.get_input(i)
+            name, dims = tensor.name, tuple(tensor.shape)
+            if name in profile:
+                inputs[name] = _InputShape.ranged(*profile[name])
+            elif all(d >= 0 for d in dims):
+                inputs[name] = _InputShape.fixed(dims)
+            else:
+                raise _UnsupportedError(f"[trt] input '{name}' {dims} has dynamic dims and no shape in the optimization "
+                                        "profile (builder.create_optimization_profile(), profile.set_shape(...), "
+                                        "config.add_optimization_profile(profile))")
+        unknown = set(profile) - set(inputs)
+        if unknown:
+            raise _UnsupportedError(f"[trt] the optimization profile names {sorted(unknown)}, which are not inputs of "
+                                    "the network")
+        settings = _BuilderSettings(optimization_level=config.builder_optimization_level, device=config.device,
+                                    workspace_limit=config._workspace)
+        return IHostMemory(_build_serialized_network(network, _EngineBuild(inputs, settings)))
 
 
 class Runtime:

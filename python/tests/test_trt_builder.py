@@ -1,0 +1,173 @@
+"""TensorRT's builder object model over tensoracle: trt.Builder -> create_network -> layers ->
+create_builder_config / optimization profile -> build_serialized_network -> trt.Runtime ->
+deserialize_cuda_engine -> create_execution_context -> execute_async_v3, as TensorRT programs
+write it (the network API MNIST sample's sequence of calls), checked against PyTorch; TensorRT's
+enum values and int conversion; the module helpers (Dims*, volume, nptype, Weights); and that
+nothing tensoracle does not honour is accepted silently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tensoracle
+import tensoracle.trt as trt
+
+RNG = np.random.default_rng(11)
+CONV1_W = (0.2 * RNG.standard_normal((20, 1, 5, 5))).astype(np.float32)
+CONV1_B = (0.1 * RNG.standard_normal(20)).astype(np.float32)
+CONV2_W = (0.05 * RNG.standard_normal((50, 20, 5, 5))).astype(np.float32)
+CONV2_B = (0.1 * RNG.standard_normal(50)).astype(np.float32)
+FC1_W = (0.02 * RNG.standard_normal((500, 800))).astype(np.float32)
+FC1_B = (0.1 * RNG.standard_normal(500)).astype(np.float32)
+FC2_W = (0.05 * RNG.standard_normal((10, 500))).astype(np.float32)
+FC2_B = (0.1 * RNG.standard_normal(10)).astype(np.float32)
+
+
+def populate_network(network, batch=-1):
+    """LeNet as the MNIST network-API sample builds it: conv, max pool, conv, max pool, two fully
+    connected layers as matrix multiplies with the weights transposed, ReLU between them."""
+    x = network.add_input(name="data", dtype=trt.float32, shape=(batch, 1, 28, 28))
+    conv1 = network.add_convolution_nd(input=x, num_output_maps=20, kernel_shape=(5, 5),
+                                       kernel=trt.Weights(CONV1_W), bias=trt.Weights(CONV1_B))
+    conv1.stride_nd = (1, 1)
+    pool1 = network.add_pooling_nd(input=conv1.get_output(0), type=trt.PoolingType.MAX, window_size=(2, 2))
+    pool1.stride_nd = trt.Dims2(2, 2)
+    conv2 = network.add_convolution_nd(pool1.get_output(0), 50, (5, 5), trt.Weights(CONV2_W), trt.Weights(CONV2_B))
+    conv2.stride_nd = (1, 1)
+    pool2 = network.add_pooling_nd(conv2.get_output(0), trt.PoolingType.MAX, (2, 2))
+    pool2.stride_nd = (2, 2)
+
+    def fully_connected(x, w, b, k, n):
+        flat = network.add_shuffle(x)
+        flat.reshape_dims = (-1, k)
+        weight = network.add_constant((n, k), trt.Weights(w)).get_output(0)
+        bias = network.add_constant((1, n), trt.Weights(b.reshape(1, n))).get_output(0)
+        mm = network.add_matrix_multiply(flat.get_output(0), trt.MatrixOperation.NONE, weight, trt.MatrixOperation.TRANSPOSE)
+        return network.add_elementwise(mm.get_output(0), bias, trt.ElementWiseOperation.SUM).get_output(0)
+
+    fc1 = fully_connected(pool2.get_output(0), FC1_W, FC1_B, 800, 500)
+    relu1 = network.add_activation(input=fc1, type=trt.ActivationType.RELU)
+    fc2 = fully_connected(relu1.get_output(0), FC2_W, FC2_B, 500, 10)
+    fc2.name = "prob"
+    network.mark_output(tensor=fc2)
+
+
+def torch_lenet(x):
+    t = torch.from_numpy
+    y = torch.nn.functional.conv2d(t(x), t(CONV1_W), t(CONV1_B))
+    y = torch.nn.functional.max_pool2d(y, 2, 2)
+    y = torch.nn.functional.conv2d(y, t(CONV2_W), t(CONV2_B))
+    y = torch.nn.functional.max_pool2d(y, 2, 2).reshape(-1, 800)
+    y = torch.relu(y @ t(FC1_W).T + t(FC1_B))
+    return (y @ t(FC2_W).T + t(FC2_B)).numpy()
+
+
+def build_engine(batch=-1, device="cpu"):
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, 1 << 30)
+    config.device = device  # tensoracle's addition: TensorRT always builds for the GPU
+    populate_network(network, batch)
+    if batch == -1:
+        profile = builder.create_optimization_profile()
+        profile.set_shape("data", (1, 1, 28, 28), (4, 1, 28, 28), (16, 1, 28, 28))
+        assert config.add_optimization_profile(profile) == 0
+    plan = builder.build_serialized_network(network, config)
+    assert plan.nbytes == len(plan) > 0
+    return trt.Runtime(logger).deserialize_cuda_engine(plan)
+
+
+@pytest.mark.parametrize("batch", [-1, 3], ids=["profile", "static"])
+def test_the_mnist_sample_sequence_builds_and_runs(batch):
+    engine = build_engine(batch)
+    context = engine.create_execution_context()
+    n = 5 if batch == -1 else batch
+    x = RNG.uniform(0, 1, (n, 1, 28, 28)).astype(np.float32)
+    out = np.zeros((n, 10), np.float32)
+    context.set_input_shape("data", x.shape)
+    context.set_tensor_address("data", x.ctypes.data)
+    context.set_tensor_address("prob", out.ctypes.data)
+    assert context.execute_async_v3(0)
+    np.testing.assert_allclose(out, torch_lenet(x), rtol=1e-4, atol=1e-4)
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    assert names == ["data", "prob"]
+
+
+def test_the_network_is_built_as_it_stands_and_may_be_built_again():
+    builder = trt.Builder(trt.Logger())
+    network = builder.create_network(0)
+    x = network.add_input("x", trt.float32, (2, 3))
+    y = network.add_unary(x, trt.UnaryOperation.EXP).get_output(0)
+    y.name = "y"
+    network.mark_output(y)
+    config = builder.create_builder_config()
+    config.device = "cpu"
+    first = builder.build_serialized_network(network, config)
+    second = builder.build_serialized_network(network, config)
+    assert bytes(first) == bytes(second)
+    got = tensoracle.deserialize_engine(bytes(first)).create_execution().run({"x": np.ones((2, 3), np.float32)})["y"]
+    np.testing.assert_allclose(got, np.full((2, 3), np.e, np.float32), rtol=1e-6)
+
+
+def test_config_flags_and_limits():
+    config = trt.Builder().create_builder_config()
+    assert config.builder_optimization_level == 3 and not config.get_flag(trt.BuilderFlag.TF32)
+    config.set_flag(trt.BuilderFlag.FP16)
+    assert config.get_flag(trt.BuilderFlag.FP16) and config.flags == 1 << int(trt.BuilderFlag.FP16)
+    config.clear_flag(trt.BuilderFlag.FP16)
+    assert config.flags == 0
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, 123)
+    assert config.get_memory_pool_limit(trt.MemoryPoolType.WORKSPACE) == 123
+    with pytest.raises(tensoracle.UnsupportedError, match="never computes float32 in TF32"):
+        config.set_flag(trt.BuilderFlag.TF32)
+    with pytest.raises(tensoracle.UnsupportedError, match="REFIT is not supported"):
+        config.set_flag(trt.BuilderFlag.REFIT)
+    with pytest.raises(tensoracle.UnsupportedError, match="only the WORKSPACE pool"):
+        config.set_memory_pool_limit(trt.MemoryPoolType.TACTIC_SHARED_MEMORY, 1)
+    builder = trt.Builder()
+    config.add_optimization_profile(builder.create_optimization_profile())
+    with pytest.raises(tensoracle.UnsupportedError, match="one profile per engine"):
+        config.add_optimization_profile(builder.create_optimization_profile())
+
+
+def test_what_the_builder_cannot_honour_is_refused():
+    builder = trt.Builder()
+    network = builder.create_network()
+    x = network.add_input("x", trt.float32, (-1, 3))
+    network.mark_output(network.add_identity(x).get_output(0))
+    config = builder.create_builder_config()
+    config.device = "cpu"
+    with pytest.raises(tensoracle.UnsupportedError, match=r"input 'x' \(-1, 3\) has dynamic dims and no shape"):
+        builder.build_serialized_network(network, config)
+    profile = builder.create_optimization_profile()
+    profile.set_shape("x", (1, 3), (2, 3), (4, 3))
+    profile.set_shape("nope", (1,), (1,), (1,))
+    config.add_optimization_profile(profile)
+    with pytest.raises(tensoracle.UnsupportedError, match=r"names \['nope'\], which are not inputs"):
+        builder.build_serialized_network(network, config)
+    config = builder.create_builder_config()
+    config.int8_calibrator = object()
+    with pytest.raises(tensoracle.UnsupportedError, match="quantize explicitly"):
+        builder.build_serialized_network(network, config)
+    with pytest.raises(tensoracle.UnsupportedError, match="set_shape_input"):
+        builder.create_optimization_profile().set_shape_input("x", (1,), (1,), (1,))
+
+
+def test_enums_convert_to_tensorrts_values():
+    assert int(trt.PoolingType.MAX) == 0 and int(trt.PoolingType.AVERAGE) == 1
+    assert int(trt.ActivationType.RELU) == 0 and int(trt.ActivationType.SIGMOID) == 1
+    assert int(trt.DataType.FLOAT) == 0 and int(trt.DataType.HALF) == 1 and int(trt.DataType.BF16) == 7
+    assert int(trt.ElementWiseOperation.SUM) == 0 and int(trt.MatrixOperation.TRANSPOSE) == 1
+    assert 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) == 2
+    assert "MAX" in trt.PoolingType.__members__ and int(trt.BuilderFlag.BF16) == 17
+
+
+def test_module_helpers():
+    assert trt.Dims2(2, 3) == (2, 3) and trt.Dims3(1, 2, 3) == (1, 2, 3) and trt.Dims4(1, 2, 3, 4) == (1, 2, 3, 4)
+    assert trt.DimsHW(5, 6) == (5, 6) and trt.volume((2, 3, 4)) == 24 and trt.volume(()) == 1
+    assert trt.nptype(trt.float16) is np.float16 and trt.nptype(trt.int32) is np.int32
+    assert trt.Weights().size == 0 and trt.Weights(np.ones(3)).shape == (3,)
