@@ -232,6 +232,23 @@ void bind_engine(nb::module_& m) {
             return true;
           },
           nb::arg("stream_handle") = nb::none(), "TensorRT's name for enqueue")
+      .def(
+          "execute_v2",
+          [](PyExecution& e, const std::vector<nb::handle>& bindings) {
+            const auto& io = e.engine().io_tensors();
+            if (bindings.size() != io.size())
+              throw InvalidArgument("[execution] execute_v2: " + std::to_string(bindings.size()) +
+                                    " bindings for the engine's " + std::to_string(io.size()) +
+                                    " I/O tensors (one address each, in get_tensor_name order)");
+            for (std::size_t i = 0; i < io.size(); ++i) bind_address(e, io[i].name, bindings[i]);
+            nb::gil_scoped_release release;
+            e.enqueue(nullptr);
+            e.engine().synchronize(nullptr);
+            return true;
+          },
+          nb::arg("bindings"),
+          "TensorRT's synchronous execution: one address per I/O tensor, in get_tensor_name order; returns when done")
+      .def_prop_ro("engine", [](const PyExecution& e) { return e.engine(); }, "The engine this context runs")
       .def_prop_rw("graph_replay", &Execution::graph_replay, &Execution::set_graph_replay,
                    "CUDA: replay repeated enqueues of unchanged shapes and addresses as a CUDA graph (default True)")
       .def(
@@ -256,6 +273,9 @@ void bind_engine(nb::module_& m) {
             return result;
           },
           nb::arg("inputs"), "Runs on NumPy arrays {name: array}; returns {name: array} of the outputs");
+
+  nb::enum_<TensorIOMode>(m, "TensorIOMode", nb::is_arithmetic())
+      .value("NONE", TensorIOMode::kNONE).value("INPUT", TensorIOMode::kINPUT).value("OUTPUT", TensorIOMode::kOUTPUT);
 
   nb::class_<Engine>(m, "Engine", "An opened engine: immutable, shareable between threads")
       .def_static(
@@ -282,6 +302,27 @@ void bind_engine(nb::module_& m) {
         if (i >= e.io_tensors().size()) throw InvalidArgument("[engine] no I/O tensor " + std::to_string(i));
         return e.io_tensors()[i].name;
       })
+      // TensorRT's ICudaEngine getters, by tensor name (one optimization profile: index 0).
+      .def("get_tensor_mode",
+           [](const Engine& e, const std::string& name) {
+             for (const auto& t : e.io_tensors())
+               if (t.name == name) return t.mode;
+             return TensorIOMode::kNONE;
+           }, nb::arg("name"))
+      .def("get_tensor_dtype", [](const Engine& e, const std::string& name) { return e.io_tensor(name).type; },
+           nb::arg("name"))
+      .def("get_tensor_shape", [](const Engine& e, const std::string& name) { return e.io_tensor(name).dims; },
+           nb::arg("name"), "The dims as declared in the network: -1 where they are set at execution time")
+      .def("get_tensor_profile_shape",
+           [](const Engine& e, const std::string& name, int profile) {
+             if (profile != 0)
+               throw InvalidArgument("[engine] optimization profile " + std::to_string(profile) +
+                                     ": engines here have one profile (index 0)");
+             const auto& t = e.io_tensor(name);
+             if (t.mode != TensorIOMode::kINPUT) throw InvalidArgument("[engine] '" + name + "' is not an input");
+             return std::vector<Dims>{t.min, t.opt, t.max};
+           }, nb::arg("name"), nb::arg("profile_index"))
+      .def_prop_ro("num_optimization_profiles", [](const Engine&) { return 1; })
       .def("layers", &Engine::layers)
       .def("target_json", &Engine::target_json)
       .def_prop_ro("device", &Engine::device, "Where the engine runs in this process: 'cpu', 'cuda:0'")

@@ -171,3 +171,27 @@ def test_module_helpers():
     assert trt.DimsHW(5, 6) == (5, 6) and trt.volume((2, 3, 4)) == 24 and trt.volume(()) == 1
     assert trt.nptype(trt.float16) is np.float16 and trt.nptype(trt.int32) is np.int32
     assert trt.Weights().size == 0 and trt.Weights(np.ones(3)).shape == (3,)
+
+
+def test_engine_and_context_getters_as_tensorrt_names_them():
+    engine = build_engine(-1)
+    assert engine.get_tensor_mode("data") == trt.TensorIOMode.INPUT and int(trt.TensorIOMode.OUTPUT) == 2
+    assert engine.get_tensor_mode("prob") == trt.TensorIOMode.OUTPUT
+    assert engine.get_tensor_mode("nothing") == trt.TensorIOMode.NONE
+    assert engine.get_tensor_dtype("prob") == trt.float32
+    assert tuple(engine.get_tensor_shape("data")) == (-1, 1, 28, 28)
+    assert [tuple(d) for d in engine.get_tensor_profile_shape("data", 0)] == [(1, 1, 28, 28), (4, 1, 28, 28),
+                                                                               (16, 1, 28, 28)]
+    assert engine.num_optimization_profiles == 1
+    with pytest.raises(tensoracle.InvalidArgument, match="one profile"):
+        engine.get_tensor_profile_shape("data", 1)
+    context = engine.create_execution_context()
+    assert context.engine.get_tensor_name(0) == "data"
+    x = RNG.uniform(0, 1, (2, 1, 28, 28)).astype(np.float32)
+    out = np.zeros((2, 10), np.float32)
+    context.set_input_shape("data", x.shape)
+    assert context.execute_v2([x.ctypes.data, out.ctypes.data])
+    np.testing.assert_allclose(out, torch_lenet(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(tensoracle.InvalidArgument, match="1 bindings for the engine's 2 I/O tensors"):
+        context.execute_v2([x.ctypes.data])
+    assert trt.Logger.Severity.WARNING == trt.Logger.WARNING == 2

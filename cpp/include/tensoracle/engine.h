@@ -42,7 +42,7 @@ inline constexpr int kEngineFormatVersion = 2;
 void set_cpu_threads(int n);
 int cpu_threads();
 
-enum class TensorIOMode { kINPUT = 1, kOUTPUT = 2 };
+enum class TensorIOMode { kNONE = 0, kINPUT = 1, kOUTPUT = 2 };  // TensorRT's values (kNONE: not an I/O tensor)
 
 struct IOTensorInfo {
   std::string name;

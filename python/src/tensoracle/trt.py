@@ -61,6 +61,7 @@ from tensoracle._native import (
     ResizeRoundMode,
     ResizeSelector,
     SampleMode,
+    TensorIOMode,
     TopKOperation,
     UnaryOperation,
 )
@@ -141,7 +142,14 @@ def Permutation(order):  # noqa: N802
 class Logger:
     """Accepted where TensorRT wants a logger; tensoracle reports through exceptions."""
 
-    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = range(5)
+    class Severity(_enum.IntEnum):
+        INTERNAL_ERROR = 0
+        ERROR = 1
+        WARNING = 2
+        INFO = 3
+        VERBOSE = 4
+
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = Severity
 
     def __init__(self, min_severity=WARNING):
         self.min_severity = min_severity
