@@ -8,6 +8,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+
 #include "arrays.h"
 #include "bindings.h"
 #include "tensoracle/errors.h"
@@ -53,6 +55,32 @@ void prop(nb::class_<L, Layer>& c, const char* name, T P::*field) {
         p.*field = v;
         l.set(p);
       });
+}
+
+// The same, for a field whose unset value stands for TensorRT's default: the getter returns
+// the default itself (as TensorRT's getters do), computed from the layer by `fallback`.
+template <typename L, typename P, typename T, typename F>
+void prop_or_default(nb::class_<L, Layer>& c, const char* name, T P::*field, F fallback) {
+  c.def_prop_rw(
+      name, [field, fallback](const L& l) { return fallback(l, l.get().*field); },
+      [field](L& l, const T& v) {
+        P p = l.get();
+        p.*field = v;
+        l.set(p);
+      });
+}
+
+// TensorRT's default axis of softmax and concatenation: rank - 3, or 0 below rank 3.
+int default_axis_of(const Layer& l) {
+  const Tensor* x = l.num_inputs() > 0 ? l.get_input(0) : nullptr;
+  return x ? std::max(0, x->dims().rank() - 3) : 0;
+}
+
+// Window parameters left empty take TensorRT's defaults at the window's rank: `value` each.
+Dims window_default(const Dims& d, const Dims& window, std::int64_t value) {
+  if (d.rank() != 0) return d;
+  std::vector<std::int64_t> v(static_cast<std::size_t>(window.rank()), value);
+  return Dims(std::span<const std::int64_t>(v));
 }
 
 Weights optional_weights(nb::handle h, const std::string& what) {
@@ -207,9 +235,13 @@ void bind_network(nb::module_& m) {
   prop(reduce, "axes", &ReduceParams::axes);
   prop(reduce, "keep_dims", &ReduceParams::keep_dims);
   auto softmax = nb::class_<SoftMaxLayer, Layer>(m, "ISoftMaxLayer");
-  prop(softmax, "axes", &SoftmaxParams::axes);
+  prop_or_default(softmax, "axes", &SoftmaxParams::axes, [](const SoftMaxLayer& l, std::uint32_t axes) {
+    return axes != 0 ? axes : 1u << default_axis_of(l);
+  });
   auto concat = nb::class_<ConcatenationLayer, Layer>(m, "IConcatenationLayer");
-  prop(concat, "axis", &ConcatenationParams::axis);
+  prop_or_default(concat, "axis", &ConcatenationParams::axis, [](const ConcatenationLayer& l, std::int32_t axis) {
+    return axis != -1000 ? axis : default_axis_of(l);
+  });
   auto slice = nb::class_<SliceLayer, Layer>(m, "ISliceLayer");
   prop(slice, "start", &SliceParams::start);
   prop(slice, "shape", &SliceParams::size);
@@ -243,14 +275,18 @@ void bind_network(nb::module_& m) {
     using P = std::remove_pointer_t<decltype(tag)>;
     prop(c, "num_output_maps", &P::num_output_maps);
     prop(c, "kernel_size_nd", &P::kernel_size);
-    prop(c, "stride_nd", &P::stride);
-    prop(c, "pre_padding", &P::pre_padding);
-    prop(c, "post_padding", &P::post_padding);
-    prop(c, "dilation_nd", &P::dilation);
+    using L0 = typename std::remove_reference_t<decltype(c)>::Type;
+    auto ones = [](const L0& l, const Dims& d) { return window_default(d, l.get().kernel_size, 1); };
+    auto zeros = [](const L0& l, const Dims& d) { return window_default(d, l.get().kernel_size, 0); };
+    prop_or_default(c, "stride_nd", &P::stride, ones);
+    prop_or_default(c, "pre_padding", &P::pre_padding, zeros);
+    prop_or_default(c, "post_padding", &P::post_padding, zeros);
+    prop_or_default(c, "dilation_nd", &P::dilation, ones);
     prop(c, "num_groups", &P::num_groups);
     prop(c, "padding_mode", &P::padding_mode);
     using L = typename std::remove_reference_t<decltype(c)>::Type;
-    c.def_prop_rw("padding_nd", [](const L& l) { return l.get().pre_padding; }, [](L& l, const Dims& d) {
+    c.def_prop_rw("padding_nd", [](const L& l) { return window_default(l.get().pre_padding, l.get().kernel_size, 0); },
+                  [](L& l, const Dims& d) {
       P p = l.get();
       p.pre_padding = d;
       p.post_padding = d;
@@ -262,13 +298,17 @@ void bind_network(nb::module_& m) {
   auto pool = nb::class_<PoolingLayer, Layer>(m, "IPoolingLayer");
   prop(pool, "type", &PoolingParams::type);
   prop(pool, "window_size_nd", &PoolingParams::window);
-  prop(pool, "stride_nd", &PoolingParams::stride);
-  prop(pool, "pre_padding", &PoolingParams::pre_padding);
-  prop(pool, "post_padding", &PoolingParams::post_padding);
+  prop_or_default(pool, "stride_nd", &PoolingParams::stride,
+                  [](const PoolingLayer& l, const Dims& d) { return window_default(d, l.get().window, 1); });
+  prop_or_default(pool, "pre_padding", &PoolingParams::pre_padding,
+                  [](const PoolingLayer& l, const Dims& d) { return window_default(d, l.get().window, 0); });
+  prop_or_default(pool, "post_padding", &PoolingParams::post_padding,
+                  [](const PoolingLayer& l, const Dims& d) { return window_default(d, l.get().window, 0); });
   prop(pool, "padding_mode", &PoolingParams::padding_mode);
   prop(pool, "average_count_excludes_padding", &PoolingParams::average_count_excludes_padding);
   prop(pool, "blend_factor", &PoolingParams::blend_factor);
-  pool.def_prop_rw("padding_nd", [](const PoolingLayer& l) { return l.get().pre_padding; }, [](PoolingLayer& l, const Dims& d) {
+  pool.def_prop_rw("padding_nd", [](const PoolingLayer& l) { return window_default(l.get().pre_padding, l.get().window, 0); },
+                   [](PoolingLayer& l, const Dims& d) {
     PoolingParams p = l.get();
     p.pre_padding = d;
     p.post_padding = d;

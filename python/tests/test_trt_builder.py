@@ -195,3 +195,20 @@ def test_engine_and_context_getters_as_tensorrt_names_them():
     with pytest.raises(tensoracle.InvalidArgument, match="1 bindings for the engine's 2 I/O tensors"):
         context.execute_v2([x.ctypes.data])
     assert trt.Logger.Severity.WARNING == trt.Logger.WARNING == 2
+
+
+def test_getters_return_tensorrts_defaults():
+    network = trt.Builder().create_network()
+    x = network.add_input("x", trt.float32, (1, 3, 4, 5))
+    softmax = network.add_softmax(x)
+    assert softmax.axes == 1 << 1  # rank - 3
+    softmax.axes = 1 << 3
+    assert softmax.axes == 1 << 3
+    assert network.add_softmax(network.add_input("y", trt.float32, (3, 4))).axes == 1  # below rank 3: axis 0
+    assert network.add_concatenation([x, x]).axis == 1
+    pool = network.add_pooling_nd(x, trt.PoolingType.MAX, (2, 2))
+    assert tuple(pool.stride_nd) == (1, 1) and tuple(pool.padding_nd) == (0, 0) and tuple(pool.post_padding) == (0, 0)
+    conv = network.add_convolution_nd(x, 2, (3, 3), np.ones((2, 3, 3, 3), np.float32), None)
+    assert tuple(conv.stride_nd) == (1, 1) and tuple(conv.dilation_nd) == (1, 1) and tuple(conv.pre_padding) == (0, 0)
+    conv.stride_nd = (2, 2)
+    assert tuple(conv.stride_nd) == (2, 2)
