@@ -8,33 +8,30 @@
 #include <new>
 #include <string>
 
-#include "backends/build_identity.h"
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/onednn.h"
-#include "runtime/devices.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/errors.h"
+#include "tensoracle/info.h"
 #include "tools/commands.h"
 
 namespace {
 
 // `tensoracle --version`: the version, the engine format it reads and writes, its build, and
-// the backends this machine has (the CUDA backend's device, or why there is none).
+// the backends this machine has (library_info: each backend's device and libraries, or why
+// there is none).
 std::string version_text() {
-  std::string s = fmt::format("tensoracle {}\nengine format {}, build {}\n", TENSORACLE_VERSION,
-                              tensoracle::kEngineFormatVersion, std::string(tensoracle::backends::build_identity()).substr(0, 16));
-  const std::string onednn = tensoracle::cpu::onednn::version();
-  s += fmt::format("cpu backend: {}, {}\n", tensoracle::cpu::openblas_version(),
-                   onednn.empty() ? std::string("no oneDNN") : "oneDNN " + onednn);
-  try {
-    const auto& cuda = tensoracle::runtime::cuda_backend(0);
-    const auto t = cuda.target();
-    const int cudnn = t.value("cudnn", 0);
-    s += fmt::format("cuda backend: {} ({}, compute capability {}, cuDNN {})", cuda.device(), t.value("device", "?"),
-                     t.value("compute_capability", "?"), cudnn ? std::to_string(cudnn) : std::string("none"));
-  } catch (const tensoracle::Error& e) {
-    s += fmt::format("cuda backend: unavailable ({})", e.what());
+  const tensoracle::LibraryInfo info = tensoracle::library_info();
+  std::string s = fmt::format("tensoracle {}\nengine format {}, build {}\n", info.version, info.engine_format, info.build);
+  for (const auto& b : info.backends) {
+    if (!b.available) {
+      s += fmt::format("{} backend: unavailable ({})\n", b.name, b.reason);
+      continue;
+    }
+    std::string libs;
+    for (const auto& [name, version] : b.libraries) libs += fmt::format("{}{} {}", libs.empty() ? "" : ", ", name, version);
+    if (b.name == "cpu") s += fmt::format("cpu backend: {}; {}\n", libs, b.detail);
+    else s += fmt::format("{} backend: {} ({}, {})\n", b.name, b.device, b.detail, libs);
   }
+  s.pop_back();
   return s;
 }
 

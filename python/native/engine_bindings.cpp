@@ -12,6 +12,7 @@
 #include "tensoracle/builder.h"
 #include "tensoracle/engine.h"
 #include "tensoracle/errors.h"
+#include "tensoracle/info.h"
 #include "tensoracle/plugin_library.h"
 
 namespace nb = nanobind;
@@ -151,6 +152,30 @@ void bind_engine(nb::module_& m) {
       .def_ro("inputs", &EngineBuild::inputs)
       .def_ro("settings", &EngineBuild::settings)
       .def("canonical", &EngineBuild::canonical);
+
+  m.def(
+      "info",
+      [] {
+        const LibraryInfo info = library_info();
+        nb::dict d, backends;
+        d["version"] = info.version;
+        d["engine_format"] = info.engine_format;
+        d["build"] = info.build;
+        for (const auto& b : info.backends) {
+          nb::dict e, libs;
+          e["available"] = b.available;
+          e["device"] = b.available ? nb::cast(b.device) : nb::none();
+          e["detail"] = b.available ? nb::cast(b.detail) : nb::none();
+          for (const auto& [name, version] : b.libraries) libs[name.c_str()] = version;
+          e["libraries"] = libs;
+          e["reason"] = b.available ? nb::none() : nb::cast(b.reason);
+          backends[b.name.c_str()] = e;
+        }
+        d["backends"] = backends;
+        return d;
+      },
+      "This build and this machine: version, engine format, build identity, and per backend whether it runs "
+      "here (device, libraries) or why not");
 
   m.def("set_cpu_threads", &set_cpu_threads, nb::arg("n"),
         "Threads the CPU backend's kernels use, process-wide (0: the machine's cores)");
