@@ -77,16 +77,7 @@ int run(const Options& o) {
   Engine& engine = *opened;
   Execution ex = engine.create_execution();
   std::map<std::string, Dims> given;
-  std::vector<std::string> specs = o.shapes;
-  for (const auto& list : o.shape_lists)
-    for (auto& s : split_shapes(list, "bench")) specs.push_back(std::move(s));
-  for (const auto& s : specs) {
-    auto [name, dims] = parse_shape(s, "bench");
-    if (given.count(name)) throw InvalidArgument("[bench] the shape of '" + name + "' is given twice");
-    const auto& t = engine.io_tensor(name);  // throws for an unknown name
-    if (t.mode != TensorIOMode::kINPUT) throw InvalidArgument("[bench] --shape: '" + name + "' is an output, not an input");
-    given[name] = dims;
-  }
+  for (auto& g : given_shapes(engine, o.shapes, o.shape_lists, "bench")) given[g.name] = g.dims;
   std::mt19937 rng(12345);
   std::vector<std::vector<std::byte>> buffers;
   nlohmann::ordered_json inputs = nlohmann::ordered_json::object();

@@ -152,18 +152,11 @@ std::map<std::string, Input> all_inputs(const Options& o, const Engine& engine) 
   std::map<std::string, Input> given;
   read_inputs(o.inputs, engine, given);
   std::map<std::string, Dims> shapes;
-  std::vector<std::string> specs = o.shapes;
-  for (const auto& list : o.shape_lists)
-    for (auto& s : split_shapes(list, "run")) specs.push_back(std::move(s));
-  for (const auto& s : specs) {
-    auto [name, dims] = parse_shape(s, "run");
-    if (shapes.count(name)) throw InvalidArgument("[run] the shape of '" + name + "' is given twice");
-    const auto& t = engine.io_tensor(name);  // throws for an unknown name
-    if (t.mode != TensorIOMode::kINPUT) throw InvalidArgument("[run] --shape: '" + name + "' is an output, not an input");
-    if (given.count(name) && given[name].dims != dims)
-      throw InvalidArgument(fmt::format("[run] --shape {}: {} gives that input the shape {}", s, given[name].source,
-                                        shape_text(given[name].dims.vec())));
-    shapes[name] = dims;
+  for (const auto& g : given_shapes(engine, o.shapes, o.shape_lists, "run")) {
+    if (given.count(g.name) && given[g.name].dims != g.dims)
+      throw InvalidArgument(fmt::format("[run] --shape {}: {} gives that input the shape {}", g.spec,
+                                        given[g.name].source, shape_text(given[g.name].dims.vec())));
+    shapes[g.name] = g.dims;
   }
   std::mt19937 rng(o.seed);
   for (const auto& t : engine.io_tensors()) {

@@ -117,6 +117,24 @@ std::vector<std::string> split_shapes(const std::string& list, const std::string
   return out;
 }
 
+std::vector<GivenShape> given_shapes(const Engine& engine, const std::vector<std::string>& shapes,
+                                     const std::vector<std::string>& shape_lists, const std::string& command) {
+  std::vector<std::string> specs = shapes;
+  for (const auto& list : shape_lists)
+    for (auto& s : split_shapes(list, command)) specs.push_back(std::move(s));
+  std::vector<GivenShape> out;
+  for (const auto& s : specs) {
+    auto [name, dims] = parse_shape(s, command);
+    for (const auto& g : out)
+      if (g.name == name) throw InvalidArgument("[" + command + "] the shape of '" + name + "' is given twice");
+    const auto& t = engine.io_tensor(name);  // throws for an unknown name
+    if (t.mode != TensorIOMode::kINPUT)
+      throw InvalidArgument("[" + command + "] --shape: '" + name + "' is an output, not an input");
+    out.push_back({name, dims, s});
+  }
+  return out;
+}
+
 void fill_generated(std::vector<std::byte>& bytes, DataType type, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const std::size_t n = bytes.size() / element_size(type);

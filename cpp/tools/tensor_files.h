@@ -12,6 +12,7 @@
 
 #include "io/npy.h"
 #include "tensoracle/compare.h"
+#include "tensoracle/engine.h"
 #include "tensoracle/safetensors.h"
 #include "tensoracle/types.h"
 
@@ -52,6 +53,17 @@ std::pair<std::string, Dims> parse_shape(const std::string& spec, const std::str
 
 // trtexec's "--shapes=a:2x3,b:4x5" (or with '='): the entries as parse_shape's "a=2x3".
 std::vector<std::string> split_shapes(const std::string& list, const std::string& command);
+
+// The input shapes given by --shape (NAME=DIMS each) and --shapes (lists), in order, with the
+// spec each came from: every name an input of `engine`, none given twice (InvalidArgument
+// prefixed "[command]").
+struct GivenShape {
+  std::string name;
+  Dims dims;
+  std::string spec;
+};
+std::vector<GivenShape> given_shapes(const Engine& engine, const std::vector<std::string>& shapes,
+                                     const std::vector<std::string>& shape_lists, const std::string& command);
 
 // Fills an input the commands generate: floating types uniform in [-1, 1) from `rng`; integer,
 // bool and quantized types zero (a valid index for any gather).
