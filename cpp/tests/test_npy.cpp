@@ -368,7 +368,8 @@ TEST(NpyWrite, NpzRoundTripsThroughTheReader) {
     EXPECT_EQ(a.dtype, arrays[k].dtype) << arrays[k].name;
     EXPECT_EQ(a.shape, arrays[k].shape) << arrays[k].name;
     ASSERT_EQ(a.data.size(), arrays[k].data.size()) << arrays[k].name;
-    EXPECT_EQ(std::memcmp(a.data.data(), arrays[k].data.data(), a.data.size()), 0) << arrays[k].name;
+    if (!a.data.empty())  // an empty array's data may be null (memcmp must not see it)
+      EXPECT_EQ(std::memcmp(a.data.data(), arrays[k].data.data(), a.data.size()), 0) << arrays[k].name;
   }
   // np.save's layout: the header padded to 64 bytes.
   const auto bytes = npy::npy_bytes(arrays[0], "");
