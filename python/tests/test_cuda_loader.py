@@ -130,3 +130,46 @@ def test_the_backend_built_with_this_core_passes_the_identity_check():
     assert out.strip() == "built" or any(
         reason in out for reason in ("no NVIDIA driver on this machine", "older than this build's CUDA",
                                      "finds no GPU", "no usable CUDA driver or device")), out
+
+
+AUTO_BUILD = textwrap.dedent(
+    """
+    import tensoracle
+    import tensoracle.trt as trt
+
+    def graph(net):
+        x = net.add_input("x", trt.float32, (2,))
+        y = net.add_identity(x).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    for device in ("auto", "auto", "cpu"):
+        decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2,))}, tensoracle.BuilderSettings(device=device))
+        print(tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl)).device)
+    """
+)
+
+
+def test_auto_says_once_when_a_driver_is_there_but_the_backend_is_not(tmp_path):
+    """device='auto' on a machine with an NVIDIA driver whose CUDA backend cannot be used builds
+    for the CPU, and says so on stderr, once per process (a stub libcuda.so.1 plays the driver)."""
+    import os
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    assert cc, "no C compiler (Debian's gcc, scripts/apt-packages.txt) to build the stub driver"
+    stub = tmp_path / "stub.c"
+    stub.write_text("int tensoracle_test_stub_driver(void) { return 0; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(stub)], check=True)
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{tmp_path}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+               TENSORACLE_CUDA_BACKEND=str(tmp_path / "nowhere" / "libtensoracle_cuda.so"))
+    done = subprocess.run([sys.executable, "-c", AUTO_BUILD], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["cpu", "cpu", "cpu"]
+    notices = [line for line in done.stderr.splitlines() if "device='auto' builds for the CPU" in line]
+    assert len(notices) == 1, done.stderr
+    assert "NVIDIA driver but the CUDA backend is unavailable" in notices[0]
+    assert "Why: [cuda]" in notices[0] and "nowhere/libtensoracle_cuda.so: not found" in done.stderr
+    # Without a driver, 'auto' choosing the CPU is what is expected: no notice.
+    env.pop("LD_LIBRARY_PATH")
+    done = subprocess.run([sys.executable, "-c", AUTO_BUILD], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "device='auto'" not in done.stderr, done.stderr

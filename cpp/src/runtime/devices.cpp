@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -106,7 +107,14 @@ const Backend& auto_backend() {
     dlclose(driver);
     try {
       return &cuda_backend(0);
-    } catch (const BuildError&) {
+    } catch (const BuildError& e) {
+      // A driver says this machine is meant to run CUDA, yet engines will be CPU engines: say so
+      // once, on stderr, rather than leave the user to find out from the timings.
+      std::fprintf(stderr,
+                   "[tensoracle] device='auto' builds for the CPU: this machine has an NVIDIA driver but the CUDA "
+                   "backend is unavailable. Pass device='cpu' to choose the CPU and silence this notice; "
+                   "`tensoracle --version` lists the backends. Why: %s\n",
+                   e.what());
       return &cpu_backend();
     }
   }();
