@@ -348,6 +348,13 @@ void bind_engine(nb::module_& m) {
              return std::vector<Dims>{t.min, t.opt, t.max};
            }, nb::arg("name"), nb::arg("profile_index"))
       .def_prop_ro("num_optimization_profiles", [](const Engine&) { return 1; })
+      .def(
+          "serialize",
+          [](const Engine& e) {
+            const auto b = e.serialized();
+            return nb::bytes(b.data(), b.size());
+          },
+          "The engine file's bytes (TensorRT's serialize): what deserialize and save_engine take")
       .def("layers", &Engine::layers)
       .def("target_json", &Engine::target_json)
       .def_prop_ro("device", &Engine::device, "Where the engine runs in this process: 'cpu', 'cuda:0'")

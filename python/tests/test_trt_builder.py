@@ -212,3 +212,16 @@ def test_getters_return_tensorrts_defaults():
     assert tuple(conv.stride_nd) == (1, 1) and tuple(conv.dilation_nd) == (1, 1) and tuple(conv.pre_padding) == (0, 0)
     conv.stride_nd = (2, 2)
     assert tuple(conv.stride_nd) == (2, 2)
+
+
+def test_serialize_gives_back_the_engine_file(tmp_path):
+    engine = build_engine(3)
+    data = engine.serialize()
+    path = tmp_path / "lenet.engine"
+    with open(path, "wb") as f:  # as TensorRT programs save their engines
+        f.write(data)
+    again = trt.Runtime(trt.Logger()).deserialize_cuda_engine(path.read_bytes())
+    assert again.serialize() == data
+    x = RNG.uniform(0, 1, (3, 1, 28, 28)).astype(np.float32)
+    np.testing.assert_allclose(again.create_execution().run({"data": x})["prob"], torch_lenet(x), rtol=1e-4, atol=1e-4)
+    assert tensoracle.load_engine(path).serialize() == data

@@ -114,6 +114,9 @@ class Engine {
   std::uint64_t activation_bytes() const noexcept;        // arena peak
   std::uint64_t naive_activation_bytes() const noexcept;  // sum of activation sizes
   std::uint64_t weight_bytes() const noexcept;
+  // The engine file's bytes this engine was opened from (TensorRT's ICudaEngine::serialize):
+  // save_engine(engine.serialized(), path) writes the same file. Valid while the engine lives.
+  std::span<const std::byte> serialized() const noexcept;
 
   Execution create_execution() const;
 

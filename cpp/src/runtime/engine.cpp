@@ -29,6 +29,7 @@ std::uint64_t bytes_of(DataType t, const Dims& d) { return graph::byte_size(t, d
 struct Engine::State {
   plan::Plan plan;
   std::shared_ptr<const void> owner;  // the mapping or the byte copy the weights live in
+  std::span<const std::byte> file;     // the engine file's bytes (in `owner`)
   const backends::Backend* backend = nullptr;
   std::vector<std::unique_ptr<backends::NodeKernel>> kernels;
   std::unordered_map<std::string, std::size_t> io_index;
@@ -86,6 +87,7 @@ std::shared_ptr<const Engine::State> open_state(std::span<const std::byte> bytes
   auto st = std::make_shared<Engine::State>();
   st->plan = plan::read_engine(bytes, name, owner, verify_digest);
   st->owner = std::move(owner);
+  st->file = bytes;
   const auto& backend_name = st->plan.target.is_object() ? st->plan.target.value("backend", "") : "";
   if (backend_name == "cpu") {
     st->backend = &cpu::cpu_backend();
@@ -124,6 +126,8 @@ Engine Engine::deserialize(std::span<const std::byte> bytes) {
   std::span<const std::byte> copy(storage.get(), bytes.size());
   return Engine(open_state(copy, "<engine bytes>", std::shared_ptr<const void>(storage, storage.get())));
 }
+
+std::span<const std::byte> Engine::serialized() const noexcept { return state_->file; }
 
 void save_engine(std::span<const std::byte> bytes, const std::filesystem::path& path) {
   core::AtomicFile out(path, "engine");
