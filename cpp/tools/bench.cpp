@@ -82,16 +82,23 @@ int run(const Options& o) {
   std::vector<std::vector<std::byte>> buffers;
   nlohmann::ordered_json inputs = nlohmann::ordered_json::object();
   std::uint64_t io_bytes = 0;
+  std::vector<std::string> defaulted;
   for (const auto& t : engine.io_tensors()) {
     if (t.mode != TensorIOMode::kINPUT) continue;
     Dims d = given.count(t.name) ? given[t.name] : t.opt;
+    if (!given.count(t.name) && t.min != t.max) defaulted.push_back(t.name + " " + d.str());
     ex.set_input_shape(t.name, d);  // checks the profile
     inputs[t.name] = d.vec();
   }
+  std::vector<Dims> shapes;  // every I/O tensor's, inferred from the inputs'
+  with_shape_hint(defaulted, !given.empty(), "bench", [&] {
+    for (const auto& t : engine.io_tensors()) shapes.push_back(ex.tensor_shape(t.name));
+  });
   // I/O buffers in the engine's memory (the device's for CUDA), inputs filled on the host.
   std::vector<std::shared_ptr<void>> device_buffers;
+  std::size_t io_index = 0;
   for (const auto& t : engine.io_tensors()) {
-    Dims d = ex.tensor_shape(t.name);
+    Dims d = shapes[io_index++];
     buffers.emplace_back(static_cast<std::size_t>(std::max<std::int64_t>(d.volume(), 0)) * element_size(t.type) + 1);
     io_bytes += buffers.back().size() - 1;
     if (t.mode == TensorIOMode::kINPUT) fill_generated(buffers.back(), t.type, rng);

@@ -55,6 +55,7 @@ struct Input {
   Dims dims;
   std::vector<std::byte> bytes;
   std::string source;  // "FILE" or "generated"
+  bool defaulted = false;  // generated at the profile's opt shape: no file or flag gave its shape
 };
 
 Engine open_engine_file(const std::string& path, const std::string& role) {
@@ -163,6 +164,7 @@ std::map<std::string, Input> all_inputs(const Options& o, const Engine& engine) 
     if (t.mode != TensorIOMode::kINPUT || given.count(t.name)) continue;
     Input in;
     in.dims = shapes.count(t.name) ? shapes[t.name] : t.opt;
+    in.defaulted = !shapes.count(t.name);
     in.bytes.resize(static_cast<std::size_t>(std::max<std::int64_t>(in.dims.volume(), 0)) * element_size(t.type));
     fill_generated(in.bytes, t.type, rng);
     in.source = "generated";
@@ -173,13 +175,20 @@ std::map<std::string, Input> all_inputs(const Options& o, const Engine& engine) 
 
 std::map<std::string, HostTensor> execute(Engine& engine, const std::map<std::string, Input>& inputs) {
   std::map<std::string, HostTensorView> views;
+  std::vector<std::string> defaulted;
+  bool some_given = false;
   for (const auto& t : engine.io_tensors()) {
     if (t.mode != TensorIOMode::kINPUT) continue;
     const Input& in = inputs.at(t.name);
     views[t.name] = HostTensorView{t.type, in.dims, in.bytes.data()};
+    if (in.defaulted && t.min != t.max) defaulted.push_back(t.name + " " + in.dims.str());
+    some_given = some_given || !in.defaulted;
   }
   Execution ex = engine.create_execution();
-  return ex.run(views);  // checks each shape against the profile, naming the input
+  std::map<std::string, HostTensor> out;
+  // run() checks each shape against the profile, naming the input
+  with_shape_hint(defaulted, some_given, "run", [&] { out = ex.run(views); });
+  return out;
 }
 
 // min / max / mean / non-finite count of a floating output (as float64), for the summary.

@@ -135,6 +135,22 @@ std::vector<GivenShape> given_shapes(const Engine& engine, const std::vector<std
   return out;
 }
 
+void with_shape_hint(const std::vector<std::string>& defaulted, bool some_given, const std::string& command,
+                     const std::function<void()>& fn) {
+  if (defaulted.empty() || !some_given) return fn();
+  std::string list;
+  for (const auto& d : defaulted) list += (list.empty() ? "" : ", ") + d;
+  const std::string hint = " (the inputs no flag gave a shape to took their profile's opt shape: " + list +
+                           "; give every input's shape with " + command + " --shapes NAME:DIMS,NAME:DIMS)";
+  try {
+    fn();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(e.what() + hint);
+  } catch (const BuildError& e) {
+    throw BuildError(e.what() + hint);
+  }
+}
+
 void fill_generated(std::vector<std::byte>& bytes, DataType type, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const std::size_t n = bytes.size() / element_size(type);

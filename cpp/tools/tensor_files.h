@@ -2,6 +2,7 @@
 // What the commands that read and write arrays share: opening .npy/.npz/.safetensors files,
 // writing .npz/.safetensors, input shapes and generated inputs, and compare's report.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +65,12 @@ struct GivenShape {
 };
 std::vector<GivenShape> given_shapes(const Engine& engine, const std::vector<std::string>& shapes,
                                      const std::vector<std::string>& shape_lists, const std::string& command);
+
+// Runs `fn` (which sets input shapes and infers the others); when that fails while some inputs
+// kept their profile's opt shape because no flag gave theirs, the error (same type) gains a hint
+// naming them and the flag that sets every input's shape at once. `defaulted`: "name (dims)".
+void with_shape_hint(const std::vector<std::string>& defaulted, bool some_given, const std::string& command,
+                     const std::function<void()>& fn);
 
 // Fills an input the commands generate: floating types uniform in [-1, 1) from `rng`; integer,
 // bool and quantized types zero (a valid index for any gather).

@@ -191,3 +191,26 @@ def test_a_one_input_engine_takes_an_unnamed_npy(cli, tmp_path):
     np.save(tmp_path / "x.npy", x)
     run(cli, engine, "--inputs", tmp_path / "x.npy", "--save-outputs", tmp_path / "y.npz")
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], np.exp(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_a_shape_that_clashes_with_the_defaults_names_them(cli, tmp_path, command):
+    # Two inputs that must agree: giving one a shape leaves the other at its opt shape, and the
+    # clash is reported with the inputs that kept their default and the flag that sets them all.
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, 16))
+        y = net.add_input("y", trt.float32, (-1, 16))
+        z = net.add_elementwise(x, y, trt.ElementWiseOperation.SUM).get_output(0)
+        z.name = "z"
+        net.mark_output(z)
+
+    ranged = tensoracle.InputShape.ranged((1, 16), (4, 16), (8, 16))
+    engine = tmp_path / "two.engine"
+    engine.write_bytes(tensoracle.build_serialized_engine(
+        graph, tensoracle.EngineBuild({"x": ranged, "y": ranged}, tensoracle.BuilderSettings(device="cpu"))))
+    extra = ["--iterations", "2"] if command == "bench" else []
+    p = subprocess.run([cli, command, str(engine), "--shape", "x=2x16", *extra], capture_output=True, text=True)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "opt shape: y (4, 16); give every input's shape with " + command + " --shapes" in p.stderr, p.stderr
+    p = subprocess.run([cli, command, str(engine), "--shapes", "x:2x16,y:2x16", *extra], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
