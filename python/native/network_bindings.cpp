@@ -83,6 +83,14 @@ Dims window_default(const Dims& d, const Dims& window, std::int64_t value) {
   return Dims(std::span<const std::int64_t>(v));
 }
 
+// The network's layers without the INPUT producers (TensorRT's view of a network's layers).
+std::vector<Layer*> tensorrt_layers(const Network& n) {
+  std::vector<Layer*> out;
+  for (int i = 0; i < n.num_layers(); ++i)
+    if (Layer* l = n.get_layer(i); l->type() != LayerType::kINPUT) out.push_back(l);
+  return out;
+}
+
 Weights optional_weights(nb::handle h, const std::string& what) {
   if (h.is_none()) return Weights();
   if (nb::hasattr(h, "size") && nb::cast<std::int64_t>(h.attr("size")) == 0) return Weights();
@@ -415,10 +423,33 @@ void bind_network(nb::module_& m) {
           "fields: a dict {name: value} or PluginField objects")
       .def("mark_output", &Network::mark_output, nb::arg("tensor"))
       .def("unmark_output", &Network::unmark_output, nb::arg("tensor"))
-      .def_prop_ro("num_layers", &Network::num_layers)
+      // Layers as TensorRT counts them: a network input is no layer there (tensoracle keeps one
+      // per input inside, LayerType.INPUT, which these leave out). len(network), network[i]
+      // (negative from the end) and iteration follow TensorRT's sequence protocol.
+      .def_prop_ro("num_layers", [](const Network& n) { return static_cast<int>(tensorrt_layers(n).size()); })
       .def_prop_ro("num_inputs", &Network::num_inputs)
       .def_prop_ro("num_outputs", &Network::num_outputs)
-      .def("get_layer", &Network::get_layer, kRef)
+      .def(
+          "get_layer",
+          [](const Network& n, int i) {
+            const auto layers = tensorrt_layers(n);
+            if (i < 0 || i >= static_cast<int>(layers.size()))
+              throw InvalidArgument("[network] get_layer(" + std::to_string(i) + "): the network has " +
+                                    std::to_string(layers.size()) + " layers");
+            return layers[static_cast<std::size_t>(i)];
+          },
+          nb::arg("index"), kRef)
+      .def("__len__", [](const Network& n) { return tensorrt_layers(n).size(); })
+      .def(
+          "__getitem__",
+          [](const Network& n, int i) {
+            const auto layers = tensorrt_layers(n);
+            const int size = static_cast<int>(layers.size());
+            if (i < 0) i += size;
+            if (i < 0 || i >= size) throw nb::index_error("network layer index out of range");
+            return layers[static_cast<std::size_t>(i)];
+          },
+          kRef)
       .def("get_input", &Network::get_input, kRef)
       .def("get_output", &Network::get_output, kRef);
 }

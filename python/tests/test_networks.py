@@ -409,8 +409,9 @@ def test_invalid_layer_raises_naming_the_layer(case):
         add(net)
     assert isinstance(info.value, ValueError)
     assert f"'{name}'" in str(info.value), str(info.value)
-    # Nothing was added: the layer count is that of the inputs and constants before it.
-    assert net.num_layers == int(name.rsplit("_", 1)[1])
+    # Nothing was added: the layers (inputs not counted, as TensorRT counts) are the constants
+    # before it; default names number inputs and layers together.
+    assert net.num_layers + net.num_inputs == int(name.rsplit("_", 1)[1])
 
 
 INVALID_SETTERS = [
@@ -444,7 +445,7 @@ def test_invalid_setter_raises_naming_the_layer(case, custom_name):
     net = tensoracle.Network()
     layer = make(net)
     default = layer.name
-    assert default == f"{default.rsplit('_', 1)[0]}_{net.num_layers - 1}"
+    assert default == f"{default.rsplit('_', 1)[0]}_{net.num_layers + net.num_inputs - 1}"
     if custom_name:
         layer.name = "my_layer"
     before = getattr(layer, prop)

@@ -225,3 +225,19 @@ def test_serialize_gives_back_the_engine_file(tmp_path):
     x = RNG.uniform(0, 1, (3, 1, 28, 28)).astype(np.float32)
     np.testing.assert_allclose(again.create_execution().run({"data": x})["prob"], torch_lenet(x), rtol=1e-4, atol=1e-4)
     assert tensoracle.load_engine(path).serialize() == data
+
+
+def test_the_network_is_a_sequence_of_its_layers():
+    # Inputs are no layers, as in TensorRT.
+    network = trt.Builder().create_network()
+    x = network.add_input("x", trt.float32, (2, 3))
+    relu = network.add_activation(x, trt.ActivationType.RELU)
+    exp = network.add_unary(relu.get_output(0), trt.UnaryOperation.EXP)
+    assert len(network) == network.num_layers == 2 and network.num_inputs == 1
+    assert [layer.name for layer in network] == [relu.name, exp.name]
+    assert network[-1].name == exp.name and network.get_layer(0).name == relu.name
+    assert network.get_layer(network.num_layers - 1).get_output(0).name == exp.get_output(0).name
+    with pytest.raises(IndexError):
+        network[2]
+    with pytest.raises(tensoracle.InvalidArgument, match="the network has 2 layers"):
+        network.get_layer(2)
