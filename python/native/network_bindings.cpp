@@ -200,7 +200,28 @@ void bind_network(nb::module_& m) {
       .def("get_input", &Layer::get_input, kRef)
       .def("get_output", &Layer::get_output, kRef)
       .def("set_input", [](Layer& l, int index, Tensor* t) { t->network().set_layer_input(&l, index, t); },
-           nb::arg("index"), nb::arg("tensor"));
+           nb::arg("index"), nb::arg("tensor"))
+      // Precision: networks here are strongly typed (TensorRT's STRONGLY_TYPED): a layer computes
+      // in the types its inputs give it. The getters say so; the setters refuse, as TensorRT does
+      // on a strongly typed network, rather than be ignored.
+      .def_prop_rw(
+          "precision", [](const Layer& l) { return l.get_output(0)->type(); },
+          [](Layer& l, DataType) {
+            throw UnsupportedError("[network] layer '" + l.name() +
+                                   "': setting a layer's precision is not supported: networks are strongly typed "
+                                   "(a layer computes in its inputs' types); cast its inputs with add_cast instead");
+          })
+      .def_prop_ro("precision_is_set", [](const Layer&) { return false; })
+      .def("reset_precision", [](Layer&) {})
+      .def("get_output_type", [](const Layer& l, int index) { return l.get_output(index)->type(); }, nb::arg("index"))
+      .def(
+          "set_output_type",
+          [](Layer& l, int index, DataType) {
+            throw UnsupportedError("[network] layer '" + l.name() + "': set_output_type(" + std::to_string(index) +
+                                   ", ...) is not supported: networks are strongly typed; add a cast layer after it");
+          },
+          nb::arg("index"), nb::arg("dtype"))
+      .def("output_type_is_set", [](const Layer&, int) { return false; }, nb::arg("index"));
   nb::class_<ConstantLayer, Layer>(m, "IConstantLayer").def_prop_ro("shape", &ConstantLayer::shape);
   nb::class_<MatrixMultiplyLayer, Layer>(m, "IMatrixMultiplyLayer")
       .def_prop_rw("op0", [](const MatrixMultiplyLayer& l) { return l.get_operation(0); },

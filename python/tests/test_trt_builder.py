@@ -241,3 +241,16 @@ def test_the_network_is_a_sequence_of_its_layers():
         network[2]
     with pytest.raises(tensoracle.InvalidArgument, match="the network has 2 layers"):
         network.get_layer(2)
+
+
+def test_precision_constraints_are_refused_not_ignored():
+    network = trt.Builder().create_network()
+    x = network.add_input("x", trt.float32, (2, 3))
+    relu = network.add_activation(x, trt.ActivationType.RELU)
+    assert relu.precision == trt.float32 and not relu.precision_is_set
+    assert relu.get_output_type(0) == trt.float32 and not relu.output_type_is_set(0)
+    with pytest.raises(tensoracle.UnsupportedError, match="strongly typed.*add_cast"):
+        relu.precision = trt.float16
+    with pytest.raises(tensoracle.UnsupportedError, match=r"set_output_type\(0, ...\) is not supported"):
+        relu.set_output_type(0, trt.float16)
+    relu.reset_precision()
