@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-BUILD_CUDA = textwrap.dedent(
+# A one-layer network, then what each script does with it.
+GRAPH = textwrap.dedent(
     """
     import sys
     import tensoracle
@@ -25,7 +26,11 @@ BUILD_CUDA = textwrap.dedent(
         y = net.add_identity(x).get_output(0)
         y.name = "y"
         net.mark_output(y)
+    """
+)
 
+BUILD_CUDA = GRAPH + textwrap.dedent(
+    """
     decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2,))}, tensoracle.BuilderSettings(device="cuda:0"))
     try:
         tensoracle.build_serialized_engine(graph, decl)
@@ -132,17 +137,8 @@ def test_the_backend_built_with_this_core_passes_the_identity_check():
                                      "finds no GPU", "no usable CUDA driver or device")), out
 
 
-AUTO_BUILD = textwrap.dedent(
+AUTO_BUILD = GRAPH + textwrap.dedent(
     """
-    import tensoracle
-    import tensoracle.trt as trt
-
-    def graph(net):
-        x = net.add_input("x", trt.float32, (2,))
-        y = net.add_identity(x).get_output(0)
-        y.name = "y"
-        net.mark_output(y)
-
     for device in ("auto", "auto", "cpu"):
         decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2,))}, tensoracle.BuilderSettings(device=device))
         print(tensoracle.deserialize_engine(tensoracle.build_serialized_engine(graph, decl)).device)
