@@ -254,3 +254,34 @@ def test_precision_constraints_are_refused_not_ignored():
     with pytest.raises(tensoracle.UnsupportedError, match=r"set_output_type\(0, ...\) is not supported"):
         relu.set_output_type(0, trt.float16)
     relu.reset_precision()
+
+
+def test_set_input_takes_a_tensor_made_after_the_layer():
+    # TensorRT's any-order set_input: the slice's size comes from a shape computed later, and the
+    # layers reading the slice move after it too; the engine computes what NumPy does.
+    network = trt.Builder().create_network()
+    x = network.add_input("x", trt.float32, (4, 6))
+    cut = network.add_slice(x, (0, 0), (1, 1), (1, 1))
+    neg = network.add_unary(cut.get_output(0), trt.UnaryOperation.NEG)
+    neg.get_output(0).name = "y"
+    network.mark_output(neg.get_output(0))
+    size = network.add_constant((2,), np.array([2, 3], np.int32))
+    cut.set_input(2, size.get_output(0))
+    names = [layer.name for layer in network]
+    assert names.index(size.name) < names.index(cut.name) < names.index(neg.name)
+    assert tuple(neg.get_output(0).shape) == (2, 3)
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    config = trt.Builder().create_builder_config()
+    config.device = "cpu"
+    engine = trt.Runtime().deserialize_cuda_engine(trt.Builder().build_serialized_network(network, config))
+    np.testing.assert_array_equal(engine.create_execution().run({"x": data})["y"], -data[:2, :3])
+
+
+def test_set_input_that_would_close_a_cycle_is_refused():
+    network = trt.Builder().create_network()
+    x = network.add_input("x", trt.float32, (2, 3))
+    a = network.add_unary(x, trt.UnaryOperation.EXP)
+    b = network.add_unary(a.get_output(0), trt.UnaryOperation.NEG)
+    with pytest.raises(tensoracle.InvalidArgument, match="computed from the layer's own output; set_input would make a cycle"):
+        a.set_input(0, b.get_output(0))
+    assert [layer.name for layer in network] == [a.name, b.name]  # nothing moved

@@ -522,7 +522,9 @@ class Network : public std::enable_shared_from_this<Network> {
   PluginLayer* add_plugin(const std::string& name, const std::string& version, const std::vector<Tensor*>& inputs,
                           const std::vector<PluginField>& fields, const std::string& plugin_namespace = "");
   // Sets a layer input (a slice's inputs 1..4, an attention's mask 3, or replaces one);
-  // throws InvalidArgument.
+  // throws InvalidArgument. As in TensorRT the tensor may come from a layer added after this
+  // one: the layer (and what depends on it) then moves after that producer in the layer order
+  // (get_layer); a tensor computed from the layer's own output is refused (a cycle).
   void set_layer_input(Layer* layer, int index, Tensor* t);
 
   void mark_output(Tensor* t);
@@ -549,6 +551,7 @@ class Network : public std::enable_shared_from_this<Network> {
   L* add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs);
   // Throws InvalidArgument naming the layer; `full` adds the checks deferred to build time.
   void infer(Layer& layer, const LayerParams& params, bool full = false) const;
+  void move_after_producer(const Layer& layer, const Tensor& t);
   void reinfer_after(const Layer& layer);
   void check_tensor(const Tensor* t, const std::string& layer, int index) const;
   std::string unique_layer_name(LayerType type);

@@ -416,8 +416,7 @@ void Network::set_layer_input(Layer* layer, int index, Tensor* t) {
   const int last = layer->type() == LayerType::kSLICE ? 5 : layer->num_inputs();
   if (index < 0 || index > last)
     throw InvalidArgument("[network] layer '" + layer->name() + "': set_input index " + std::to_string(index) + " is out of range");
-  if (position(t->producer()) > position(layer))
-    throw InvalidArgument("[network] layer '" + layer->name() + "': input '" + t->name() + "' is produced after the layer");
+  if (position(t->producer()) > position(layer)) move_after_producer(*layer, *t);
   auto saved = layer->inputs_;
   auto saved_params = layer->params_;
   if (auto* s = std::get_if<SliceParams>(&layer->params_); s && index >= 1) {
@@ -473,6 +472,41 @@ Tensor* Network::get_input(int i) const {
 Tensor* Network::get_output(int i) const {
   if (i < 0 || i >= num_outputs()) throw InvalidArgument("[network] no output " + std::to_string(i));
   return outputs_[static_cast<std::size_t>(i)];
+}
+
+// TensorRT takes a set_input tensor whatever its producer's place: the layer, and every layer
+// between it and the producer that depends on it, move (in their order) to just after the
+// producer, so that layers stay in an order where each comes after what it reads. Refused when
+// the producer itself depends on the layer: the input would close a cycle.
+void Network::move_after_producer(const Layer& layer, const Tensor& t) {
+  const auto lp = static_cast<std::size_t>(position(&layer));
+  const auto tp = static_cast<std::size_t>(position(t.producer()));
+  std::vector<bool> moved(layers_.size(), false);
+  moved[lp] = true;
+  for (std::size_t i = lp + 1; i <= tp; ++i)
+    for (const Tensor* in : layers_[i]->inputs_)
+      if (in != nullptr && moved[static_cast<std::size_t>(position(in->producer()))]) {
+        moved[i] = true;
+        break;
+      }
+  if (moved[tp])
+    throw InvalidArgument("[network] layer '" + layer.name() + "': input '" + t.name() + "' is computed from the layer's "
+                          "own output; set_input would make a cycle");
+  std::vector<std::unique_ptr<Layer>> kept, later;
+  std::vector<std::string> kept_invalid, later_invalid;
+  for (std::size_t i = lp; i <= tp; ++i) {
+    (moved[i] ? later : kept).push_back(std::move(layers_[i]));
+    (moved[i] ? later_invalid : kept_invalid).push_back(std::move(invalid_[i]));
+  }
+  std::size_t at = lp;
+  for (std::size_t k = 0; k < kept.size(); ++k, ++at) {
+    layers_[at] = std::move(kept[k]);
+    invalid_[at] = std::move(kept_invalid[k]);
+  }
+  for (std::size_t k = 0; k < later.size(); ++k, ++at) {
+    layers_[at] = std::move(later[k]);
+    invalid_[at] = std::move(later_invalid[k]);
+  }
 }
 
 void Network::reinfer_after(const Layer& changed) {
