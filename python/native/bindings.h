@@ -22,6 +22,7 @@ void bind_cache(nanobind::module_& m);
 void bind_convert(nanobind::module_& m);
 void bind_compare(nanobind::module_& m);
 void bind_plugins(nanobind::module_& m);
+void bind_onnx(nanobind::module_& m);
 
 // An Execution as Python holds it: the arrays bound to its tensors with set_tensor_address are
 // kept here while they are bound, so that freeing them in Python cannot leave the execution

@@ -58,4 +58,5 @@ NB_MODULE(_native, m) {
   tensoracle::python::bind_cache(m);
   tensoracle::python::bind_convert(m);
   tensoracle::python::bind_compare(m);
+  tensoracle::python::bind_onnx(m);
 }

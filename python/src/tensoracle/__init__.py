@@ -18,6 +18,8 @@ This package is a thin layer over the C++ core (``tensoracle._native``):
   :func:`load_engine` load plugin libraries (:func:`load_plugin_libraries`);
   ``network.add_plugin(name, version, inputs, fields)`` adds their layers
   (:class:`PluginField`, :class:`PluginFieldCollection`).
+- :class:`OnnxParser` imports an ONNX model into a :class:`Network` (also ``tensoracle.trt.OnnxParser``,
+  TensorRT's name).
 - :func:`convert_pth` converts a ``torch.save`` checkpoint to safetensors without torch and
   without running its pickle code; :func:`inspect_pth` lists what is inside.
 - The error classes below, shared by every part of tensoracle.
@@ -48,6 +50,7 @@ from tensoracle._native import (  # noqa: E402
     INetworkDefinition as Network,
     IOTensorInfo,
     LayerInfo,
+    OnnxParser,
     OutputComparison,
     PluginCreatorInfo,
     PluginFieldType,

@@ -1,0 +1,295 @@
+// OnnxParser (tensoracle/onnx_parser.h): reads the ModelProto, checks its opsets, creates the
+// network's inputs, the initializers' constants and its outputs, and converts each node with
+// the converter of its operator (onnx/importer.h). A parse first runs into a scratch network,
+// so that a failure leaves the caller's network as it was.
+#include "tensoracle/onnx_parser.h"
+
+#include <climits>
+#include <set>
+
+#include "core/mapped_file.h"
+#include "onnx/importer.h"
+#include "tensoracle/errors.h"
+#include "tensoracle/network.h"
+
+namespace tensoracle {
+
+namespace {
+
+// The newest opset whose operators' definitions the converters follow; a model may import older
+// opsets down to kMinOpset.
+constexpr int kMaxOpset = 28;
+constexpr int kMinOpset = 7;
+
+struct Failure {
+  OnnxParserError error;
+};
+
+OnnxParserError make_error(OnnxErrorCode code, std::string what) {
+  OnnxParserError e;
+  e.code = code;
+  e.description = std::move(what);
+  return e;
+}
+
+[[noreturn]] void graph_error(OnnxErrorCode code, const std::string& what) { throw Failure{make_error(code, what)}; }
+
+// Imports `model`'s graph into `net`. Throws Failure.
+void import_model(Network& net, const std::shared_ptr<const onnx::pb::ModelProto>& model, int opset,
+                  const std::string& folder) {
+  using onnx::fail;
+  const auto& g = model->graph();
+  onnx::Importer im(net, opset, model);
+
+  // Initializers: constants whose weights borrow the model's bytes.
+  std::set<std::string> initialized;
+  for (const auto& init : g.initializer()) {
+    onnx::Known k;
+    try {
+      k = onnx::read_tensor(init, model, folder);
+    } catch (const onnx::NodeError& e) {
+      graph_error(e.code, std::string("initializer: ") + e.what());
+    }
+    if (init.name().empty()) graph_error(OnnxErrorCode::kINVALID_GRAPH, "an initializer has no name");
+    if (!initialized.insert(init.name()).second)
+      graph_error(OnnxErrorCode::kINVALID_GRAPH, "initializer '" + init.name() + "' is given twice");
+    try {
+      auto* c = net.add_constant(k.dims, k.weights);
+      c->set_name(init.name());
+      im.bind(init.name(), c->get_output(0));
+    } catch (const Error& e) {
+      graph_error(OnnxErrorCode::kINVALID_VALUE, "initializer '" + init.name() + "': " + e.what());
+    }
+  }
+  if (g.sparse_initializer_size() > 0)
+    graph_error(OnnxErrorCode::kUNSUPPORTED_GRAPH, "sparse initializers are not supported");
+
+  // Inputs (an input with an initializer of its name is a constant: ONNX's default value).
+  for (const auto& in : g.input()) {
+    if (initialized.count(in.name())) continue;
+    const std::string what = "graph input '" + in.name() + "'";
+    if (in.name().empty()) graph_error(OnnxErrorCode::kINVALID_GRAPH, "a graph input has no name");
+    if (!in.type().has_tensor_type())
+      graph_error(OnnxErrorCode::kUNSUPPORTED_GRAPH, what + " is not a tensor (sequences, maps and optionals are not supported)");
+    const auto& tt = in.type().tensor_type();
+    auto type = onnx::data_type_of(tt.elem_type());
+    if (!type)
+      graph_error(OnnxErrorCode::kUNSUPPORTED_NODE_DATATYPE,
+                  what + " has ONNX type " + onnx::onnx_type_name(tt.elem_type()) + ", which tensoracle has no type for");
+    if (!tt.has_shape()) graph_error(OnnxErrorCode::kUNSUPPORTED_GRAPH, what + " has no shape (its rank must be known)");
+    if (tt.shape().dim_size() > Dims::kMaxRank)
+      graph_error(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, what + " has rank " + std::to_string(tt.shape().dim_size()) +
+                                                              "; at most " + std::to_string(Dims::kMaxRank) + " is supported");
+    std::vector<std::int64_t> d;
+    for (const auto& dim : tt.shape().dim()) {
+      if (dim.has_dim_value() && dim.dim_value() < 0)
+        graph_error(OnnxErrorCode::kINVALID_GRAPH, what + " has a negative dimension " + std::to_string(dim.dim_value()));
+      d.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    }
+    try {
+      im.bind(in.name(), net.add_input(in.name(), *type, Dims(std::span<const std::int64_t>(d))));
+    } catch (const Error& e) {
+      graph_error(OnnxErrorCode::kINVALID_GRAPH, e.what());
+    } catch (const onnx::NodeError& e) {
+      graph_error(e.code, e.what());
+    }
+  }
+
+  // Nodes, in order (ONNX requires a topological order).
+  std::set<std::string> layer_names;
+  for (int i = 0; i < net.num_layers(); ++i) layer_names.insert(net.get_layer(i)->name());
+  for (int index = 0; index < g.node_size(); ++index) {
+    const auto& node = g.node(index);
+    auto node_failure = [&](OnnxErrorCode code, const std::string& what) {
+      Failure f{make_error(code, what)};
+      f.error.node = index;
+      f.error.node_name = node.name();
+      f.error.node_operator = node.op_type();
+      throw f;
+    };
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      node_failure(OnnxErrorCode::kUNSUPPORTED_NODE, "operator " + node.op_type() + " of domain '" + node.domain() +
+                                                         "' is not supported (only ONNX's default domain is)");
+    const auto* convert = onnx::find_converter(node.op_type());
+    if (convert == nullptr)
+      node_failure(OnnxErrorCode::kUNSUPPORTED_NODE, "operator " + node.op_type() + " (opset " + std::to_string(opset) +
+                                                         ") is not supported");
+    const int before = net.num_layers();
+    try {
+      onnx::NodeContext ctx(im, node);
+      (*convert)(ctx);
+      for (int o = 0; o < node.output_size(); ++o)
+        if (!node.output(o).empty() && !im.defined(node.output(o)))
+          onnx::fail(OnnxErrorCode::kUNSUPPORTED_NODE, "output " + std::to_string(o) + " ('" + node.output(o) +
+                                                           "') of " + node.op_type() + " is not supported");
+    } catch (const onnx::NodeError& e) {
+      node_failure(e.code, e.what());
+    } catch (const UnsupportedError& e) {
+      node_failure(OnnxErrorCode::kUNSUPPORTED_NODE, e.what());
+    } catch (const Error& e) {
+      node_failure(OnnxErrorCode::kINVALID_NODE, e.what());
+    } catch (const std::bad_alloc&) {
+      node_failure(OnnxErrorCode::kMEM_ALLOC_FAILED, "out of memory");
+    }
+    // Name the node's layers after it (unique: names are how inspect and errors point at them).
+    const std::string base = node.name().empty() ? node.op_type() + "_" + std::to_string(index) : node.name();
+    for (int l = before, k = 0; l < net.num_layers(); ++l, ++k) {
+      std::string name = k == 0 ? base : base + "/" + std::to_string(k);
+      while (!layer_names.insert(name).second) name += "_" + std::to_string(index);
+      net.get_layer(l)->set_name(name);
+    }
+  }
+
+  // Outputs: ONNX's names; a graph input, a constant or a tensor listed twice goes through an
+  // identity so that each output is a tensor of its own.
+  std::set<const Tensor*> marked;
+  for (const auto& out : g.output()) {
+    Tensor* t = nullptr;
+    try {
+      t = im.tensor(out.name());
+    } catch (const onnx::NodeError& e) {
+      graph_error(OnnxErrorCode::kINVALID_GRAPH, "graph output '" + out.name() + "': " + e.what());
+    }
+    try {
+      const bool own = !t->is_network_input() && !marked.count(t) && t->producer() != nullptr &&
+                       t->producer()->type() != LayerType::kCONSTANT;
+      if (!own) t = net.add_identity(t)->get_output(0);
+      if (out.type().has_tensor_type()) {
+        auto declared = onnx::data_type_of(out.type().tensor_type().elem_type());
+        if (declared && *declared != t->type()) t = net.add_cast(t, *declared)->get_output(0);
+      }
+      t->set_name(out.name());
+      net.mark_output(t);
+      marked.insert(t);
+    } catch (const Error& e) {
+      graph_error(OnnxErrorCode::kINVALID_GRAPH, "graph output '" + out.name() + "': " + e.what());
+    }
+  }
+  if (g.output_size() == 0) graph_error(OnnxErrorCode::kINVALID_GRAPH, "the graph has no outputs");
+}
+
+}  // namespace
+
+std::string_view onnx_error_code_name(OnnxErrorCode code) noexcept {
+  switch (code) {
+    case OnnxErrorCode::kSUCCESS: return "SUCCESS";
+    case OnnxErrorCode::kINTERNAL_ERROR: return "INTERNAL_ERROR";
+    case OnnxErrorCode::kMEM_ALLOC_FAILED: return "MEM_ALLOC_FAILED";
+    case OnnxErrorCode::kMODEL_DESERIALIZE_FAILED: return "MODEL_DESERIALIZE_FAILED";
+    case OnnxErrorCode::kINVALID_VALUE: return "INVALID_VALUE";
+    case OnnxErrorCode::kINVALID_GRAPH: return "INVALID_GRAPH";
+    case OnnxErrorCode::kINVALID_NODE: return "INVALID_NODE";
+    case OnnxErrorCode::kUNSUPPORTED_GRAPH: return "UNSUPPORTED_GRAPH";
+    case OnnxErrorCode::kUNSUPPORTED_NODE: return "UNSUPPORTED_NODE";
+    case OnnxErrorCode::kUNSUPPORTED_NODE_ATTR: return "UNSUPPORTED_NODE_ATTR";
+    case OnnxErrorCode::kUNSUPPORTED_NODE_INPUT: return "UNSUPPORTED_NODE_INPUT";
+    case OnnxErrorCode::kUNSUPPORTED_NODE_DATATYPE: return "UNSUPPORTED_NODE_DATATYPE";
+    case OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC: return "UNSUPPORTED_NODE_DYNAMIC";
+    case OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE: return "UNSUPPORTED_NODE_SHAPE";
+    case OnnxErrorCode::kREFIT_FAILED: return "REFIT_FAILED";
+  }
+  return "UNKNOWN";
+}
+
+std::string OnnxParserError::str() const {
+  std::string s = file.empty() ? std::string("[onnx] ") : "[onnx] " + file + ": ";
+  if (node >= 0) {
+    s += "node " + std::to_string(node);
+    if (!node_name.empty()) s += " '" + node_name + "'";
+    s += " (" + node_operator;
+    if (opset > 0) s += ", opset " + std::to_string(opset);
+    s += "): ";
+  }
+  return s + std::string(onnx_error_code_name(code)) + ": " + description;
+}
+
+OnnxParser::OnnxParser(Network& network) : network_(network) {}
+OnnxParser::~OnnxParser() = default;
+
+const OnnxParserError& OnnxParser::get_error(int i) const {
+  if (i < 0 || i >= num_errors())
+    throw InvalidArgument("[onnx] get_error(" + std::to_string(i) + "): there are " + std::to_string(num_errors()) + " errors");
+  return errors_[static_cast<std::size_t>(i)];
+}
+
+bool OnnxParser::parse(std::span<const std::byte> bytes, const std::filesystem::path& path) {
+  errors_.clear();
+  const std::string file = path.string();
+  auto error = [&](OnnxErrorCode code, const std::string& what, int opset = 0) {
+    OnnxParserError e = make_error(code, what);
+    e.file = file;
+    e.opset = opset;
+    errors_.push_back(std::move(e));
+    return false;
+  };
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    return error(OnnxErrorCode::kMODEL_DESERIALIZE_FAILED,
+                 "the model is " + std::to_string(bytes.size()) + " bytes; a protobuf message holds at most 2 GiB (keep "
+                 "large weights in external data files)");
+  auto model = std::make_shared<onnx::pb::ModelProto>();
+  try {
+    if (!model->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+      return error(OnnxErrorCode::kMODEL_DESERIALIZE_FAILED,
+                   "the bytes are not an ONNX model (protobuf could not parse a ModelProto from them)");
+  } catch (const std::bad_alloc&) {
+    return error(OnnxErrorCode::kMEM_ALLOC_FAILED, "out of memory while reading the model");
+  }
+  if (!model->has_graph()) return error(OnnxErrorCode::kMODEL_DESERIALIZE_FAILED, "the model has no graph");
+  int opset = -1;
+  for (const auto& imp : model->opset_import())
+    if (imp.domain().empty() || imp.domain() == "ai.onnx") opset = static_cast<int>(std::min<std::int64_t>(imp.version(), INT_MAX));
+  if (opset < 0 && model->ir_version() >= 3)
+    return error(OnnxErrorCode::kINVALID_GRAPH, "the model imports no opset of ONNX's default domain");
+  if (opset < 0) opset = 1;
+  if (opset > kMaxOpset)
+    return error(OnnxErrorCode::kUNSUPPORTED_GRAPH, "the model imports opset " + std::to_string(opset) +
+                                                        " of ONNX's default domain; tensoracle reads opsets " +
+                                                        std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset));
+  if (opset < kMinOpset)
+    return error(OnnxErrorCode::kUNSUPPORTED_GRAPH, "the model imports opset " + std::to_string(opset) +
+                                                        "; tensoracle reads opsets " + std::to_string(kMinOpset) + " to " +
+                                                        std::to_string(kMaxOpset) + " (convert it with onnx.version_converter)");
+  const std::string folder = path.empty() ? std::string() : (path.has_parent_path() ? path.parent_path().string() : ".");
+  std::shared_ptr<const onnx::pb::ModelProto> shared = model;
+  for (int pass = 0; pass < 2; ++pass) {
+    try {
+      if (pass == 0) {
+        auto scratch = std::make_shared<Network>();
+        import_model(*scratch, shared, opset, folder);
+      } else {
+        import_model(network_, shared, opset, folder);
+      }
+    } catch (Failure& f) {
+      f.error.file = file;
+      f.error.opset = opset;
+      errors_.push_back(std::move(f.error));
+      return false;
+    } catch (const std::bad_alloc&) {
+      return error(OnnxErrorCode::kMEM_ALLOC_FAILED, "out of memory while importing the model", opset);
+    } catch (const std::exception& e) {
+      return error(OnnxErrorCode::kINTERNAL_ERROR, e.what(), opset);
+    }
+  }
+  return true;
+}
+
+bool OnnxParser::parse_from_file(const std::filesystem::path& path) {
+  errors_.clear();
+  try {
+    core::MappedFile file(path, false, "[onnx]");
+    return parse(file.bytes(), path);
+  } catch (const Error& e) {
+    OnnxParserError err = make_error(OnnxErrorCode::kMODEL_DESERIALIZE_FAILED, e.what());
+    err.file = path.string();
+    errors_.push_back(std::move(err));
+    return false;
+  }
+}
+
+bool OnnxParser::supports_operator(std::string_view op_type) noexcept { return onnx::find_converter(op_type) != nullptr; }
+
+std::vector<std::string> OnnxParser::supported_operators() { return onnx::converter_names(); }
+
+int OnnxParser::max_opset() noexcept { return kMaxOpset; }
+
+}  // namespace tensoracle
