@@ -38,6 +38,7 @@ targets=()  # name:dictionary:seed folder (under $seeds)
 [[ -x $fuzz_dir/fuzz_cubin ]] && targets+=("fuzz_cubin::cubin")
 [[ -x $fuzz_dir/fuzz_tactic ]] && targets+=("fuzz_tactic:cpp/fuzz/tactic.dict:tactic")
 [[ -x $fuzz_dir/fuzz_engine_plan ]] && targets+=("fuzz_engine_plan:cpp/fuzz/engine_plan.dict:engine_plan")
+[[ -x $fuzz_dir/fuzz_onnx ]] && targets+=("fuzz_onnx:cpp/fuzz/onnx.dict:onnx")
 if (( ${#targets[@]} > 0 )); then
   share=$(( seconds / ${#targets[@]} > 0 ? seconds / ${#targets[@]} : 1 ))
   seeds=$(mktemp -d)
@@ -45,6 +46,7 @@ if (( ${#targets[@]} > 0 )); then
   "$venv/bin/python" cpp/fuzz/make_pth_seeds.py "$seeds/pth" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_npy_seeds.py "$seeds/npy" >/dev/null
   "$venv/bin/python" cpp/fuzz/make_cubin_seeds.py "$seeds/cubin" >/dev/null
+  "$venv/bin/python" cpp/fuzz/make_onnx_seeds.py "$seeds/onnx" >/dev/null
   mkdir -p "$seeds/tactic"  # tactics as the builder writes them (graph/tactic.h)
   printf '%s' '{"kernel":"cuda.convolution.cudnn","type":"float16","x":[32,64,56,56],"w":[64,64,3,3],"y":[32,64,56,56],"stride":[1,1],"dilation":[1,1],"pre":[1,1],"post":[1,1],"accumulate":true,"channels_last":0,"engine":62,"knobs":[[2,4],[13,0],[18,0],[25,1],[27,7],[28,1]],"workspace":4096}' >"$seeds/tactic/2d"
   printf '%s' '{"kernel":"cuda.convolution.cudnn","type":"float32","x":[1,4,6,7,8],"w":[8,4,3,3,3],"y":[1,8,6,7,8],"stride":[1,1,1],"dilation":[1,1,1],"pre":[1,1,1],"post":[1,1,1],"accumulate":false,"channels_last":0,"engine":7,"knobs":[],"workspace":0}' >"$seeds/tactic/3d"

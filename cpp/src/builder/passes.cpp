@@ -54,7 +54,8 @@ PassLog constant_fold(Graph& g, const ConstantEvaluator& evaluate, std::uint64_t
     });
     auto& out = g.values[static_cast<std::size_t>(n.output)];
     auto volume = out.desc.dims.volume();
-    if (!all_const || volume < 0 || static_cast<std::uint64_t>(volume) * element_size(out.desc.type) > max_bytes)
+    // A network output stays computed: outputs are written by a node (a constant has none).
+    if (!all_const || out.is_output || volume < 0 || static_cast<std::uint64_t>(volume) * element_size(out.desc.type) > max_bytes)
       continue;
     out.constant = evaluate(g, n);
     out.producer = -1;

@@ -296,6 +296,24 @@ std::optional<Known> Importer::evaluate(Layer& layer, int depth) {
   }
 }
 
+void Importer::require_shape_computable(Tensor* t, std::string_view what) {
+  std::vector<Tensor*> todo{t};
+  std::unordered_map<const Tensor*, bool> seen;
+  while (!todo.empty()) {
+    Tensor* cur = todo.back();
+    todo.pop_back();
+    if (!seen.emplace(cur, true).second) continue;
+    Layer* l = cur->producer();
+    if (l == nullptr || l->type() == LayerType::kSHAPE || l->type() == LayerType::kCONSTANT) continue;
+    if (l->type() == LayerType::kINPUT)
+      fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC,
+           std::string(what) + " is computed from the values of network input '" + cur->name() +
+               "'; tensoracle takes reshape dims, slice bounds and expand shapes from constants and tensors' shapes "
+               "only (it has no shape-tensor inputs)");
+    for (Tensor* in : l->stored_inputs()) todo.push_back(in);
+  }
+}
+
 Tensor* Importer::constant(const Dims& dims, Weights w) { return net_.add_constant(dims, std::move(w))->get_output(0); }
 
 Tensor* Importer::constant_i64(const std::vector<std::int64_t>& v, const Dims& dims) {
@@ -396,6 +414,7 @@ Tensor* Importer::broadcast_to(Tensor* x, const Dims& dims) {
 }
 
 Tensor* Importer::broadcast_to(Tensor* x, Tensor* shape) {
+  require_shape_computable(shape, "the shape");
   const int r = x->dims().rank();
   std::vector<std::int64_t> zero(static_cast<std::size_t>(r), 0), one(static_cast<std::size_t>(r), 1);
   auto* s = net_.add_slice(x, Dims(std::span<const std::int64_t>(zero)), x->dims(), Dims(std::span<const std::int64_t>(one)));

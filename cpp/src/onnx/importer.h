@@ -64,6 +64,11 @@ class Importer {
   // the CPU backend's kernels (small results only). nullopt otherwise.
   std::optional<Known> value(Tensor* t);
 
+  // Refuses (kUNSUPPORTED_NODE_DYNAMIC) a shape-like tensor (`what`: "the shape") computed from
+  // the values of a network input: tensoracle has no shape-tensor inputs, so reshape dims,
+  // slice bounds and the like come from constants and tensors' shapes only.
+  void require_shape_computable(Tensor* t, std::string_view what);
+
   // A constant layer's output for `w` of `dims`.
   Tensor* constant(const Dims& dims, Weights w);
   Tensor* constant_i64(const std::vector<std::int64_t>& v, const Dims& dims);

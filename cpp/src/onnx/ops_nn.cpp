@@ -273,13 +273,106 @@ void instance_norm(NodeContext& c) {
 }
 
 void layer_norm(NodeContext& c) {
+  auto& im = c.im();
   Tensor* x = c.input(0);
   const int r = x->dims().rank();
-  if (c.wants_output(1) || c.wants_output(2)) fail(OnnxErrorCode::kUNSUPPORTED_NODE, "LayerNormalization's Mean and InvStdDev outputs");
+  const int axis = c.axis(c.attr_int("axis", -1), r);
+  const float eps = c.attr_float("epsilon", 1e-5f);
+  std::uint32_t axes = 0;
+  for (int i = axis; i < r; ++i) axes |= 1u << i;
+  c.output(0, normalize(c, x, c.input(1), c.has_input(2) ? c.input(2) : nullptr, axes, eps, 1));
+  if (c.wants_output(1) || c.wants_output(2)) {
+    // The statistics, computed again as layers in the stash type (float32 by default).
+    const auto stash = data_type_of(static_cast<std::int32_t>(c.attr_int("stash_type", 1)));
+    if (!stash || !is_floating(*stash)) fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "stash_type");
+    Tensor* xs = im.cast(x, *stash);
+    Tensor* mean = c.net().add_reduce(xs, ReduceOperation::kAVG, axes, true)->get_output(0);
+    Tensor* d = im.elementwise(xs, mean, E::kSUB);
+    Tensor* var = c.net().add_reduce(c.net().add_elementwise(d, d, E::kPROD)->get_output(0), ReduceOperation::kAVG, axes, true)->get_output(0);
+    Tensor* inv = im.unary(im.unary(im.elementwise(var, im.scalar(*stash, eps, r), E::kSUM), UnaryOperation::kSQRT), UnaryOperation::kRECIP);
+    c.output(1, mean);
+    c.output(2, inv);
+  }
+}
+
+// y = x / sqrt(mean(x^2 over the axes) + epsilon) * scale
+void rms_norm(NodeContext& c) {
+  auto& im = c.im();
+  Tensor* x = c.input(0);
+  const int r = x->dims().rank();
   const int axis = c.axis(c.attr_int("axis", -1), r);
   std::uint32_t axes = 0;
   for (int i = axis; i < r; ++i) axes |= 1u << i;
-  c.output(0, normalize(c, x, c.input(1), c.has_input(2) ? c.input(2) : nullptr, axes, c.attr_float("epsilon", 1e-5f), 1));
+  const auto stash = data_type_of(static_cast<std::int32_t>(c.attr_int("stash_type", 1)));
+  if (!stash || !is_floating(*stash)) fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "stash_type");
+  Tensor* xs = im.cast(x, *stash);
+  Tensor* ms = c.net().add_reduce(c.net().add_elementwise(xs, xs, E::kPROD)->get_output(0), ReduceOperation::kAVG, axes, true)->get_output(0);
+  Tensor* rms = im.unary(im.elementwise(ms, im.scalar(*stash, c.attr_float("epsilon", 1e-5f), r), E::kSUM), UnaryOperation::kSQRT);
+  Tensor* y = im.cast(im.elementwise(xs, rms, E::kDIV), x->type());
+  Tensor* scale = c.input(1);
+  c.output(0, im.elementwise(y, im.prepend_ones(scale, r - scale->dims().rank()), E::kPROD));
+}
+
+// Attention (opset 23): Q [B, Nq, S, H] or [B, S, Nq * H], K and V likewise with Nkv heads, an
+// optional boolean or additive mask broadcast to [B, Nq, S, Skv], causal masking. Past key and
+// value, softcap and the extra outputs are refused.
+void attention(NodeContext& c) {
+  auto& im = c.im();
+  for (int i = 4; i < c.num_inputs(); ++i)
+    if (c.has_input(i)) fail(OnnxErrorCode::kUNSUPPORTED_NODE_INPUT, "input " + std::to_string(i) + " (past key / value, or sequence lengths)");
+  for (int o = 1; o < c.num_outputs(); ++o)
+    if (c.wants_output(o)) fail(OnnxErrorCode::kUNSUPPORTED_NODE, "output " + std::to_string(o) + " (present key / value, or the scores)");
+  if (c.attr_float("softcap", 0.f) != 0.f) fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "softcap");
+  Tensor* q = c.input(0);
+  Tensor* k = c.input(1);
+  Tensor* v = c.input(2);
+  const bool three_d = q->dims().rank() == 3;
+  auto heads = [&](Tensor* t, const char* attr) {
+    if (t->dims().rank() == 4) return t;
+    if (t->dims().rank() != 3) fail(OnnxErrorCode::kINVALID_NODE, "inputs of rank 3 or 4 expected");
+    const auto n = c.attr_int(attr, 0);
+    if (n <= 0 || t->dims()[2] < 0 || t->dims()[2] % n != 0)
+      fail(OnnxErrorCode::kINVALID_NODE, std::string(attr) + " must divide the hidden size of 3-D inputs");
+    return im.transpose(im.reshape(t, Dims{0, 0, n, t->dims()[2] / n}, true), {0, 2, 1, 3});
+  };
+  q = heads(q, "q_num_heads");
+  k = heads(k, "kv_num_heads");
+  v = heads(v, "kv_num_heads");
+  const auto h = q->dims()[3];
+  if (h <= 0) fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "the head size must be known");
+  const bool causal = c.attr_int("is_causal", 0) != 0;
+  const std::int64_t left = c.attr_int("left_window_size", -1), right = c.attr_int("right_window_size", -1);
+  const bool window = left >= 0 || right >= 0;
+  Tensor* mask = c.has_input(3) ? c.input(3) : nullptr;
+  if (mask) mask = im.prepend_ones(mask, 4 - mask->dims().rank());
+  if ((causal && mask) || window) {
+    // Causal masking with a given mask, or a window around the diagonal: one boolean band
+    // [1, 1, S, Skv] (query i keeps key j when i - left <= j <= i + right; causal: j <= i),
+    // joined with the given mask.
+    const auto s = q->dims()[2], skv = k->dims()[2];
+    if (s < 0 || skv < 0) fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "a mask with is_causal, or a window, needs known sequence lengths");
+    std::vector<std::uint8_t> keep(static_cast<std::size_t>(s * skv));
+    for (std::int64_t i = 0; i < s; ++i)
+      for (std::int64_t j = 0; j < skv; ++j)
+        keep[static_cast<std::size_t>(i * skv + j)] =
+            (!causal || j <= i) && (left < 0 || j >= i - left) && (right < 0 || j <= i + right);
+    Tensor* band = im.constant(Dims{1, 1, s, skv}, Weights::copy_of(DataType::kBOOL, keep.data(), s * skv));
+    if (!mask) mask = band;
+    else if (mask->type() == DataType::kBOOL) mask = c.net().add_elementwise(mask, band, E::kAND)->get_output(0);
+    else mask = c.net().add_select(band, mask, im.scalar(mask->type(), -INFINITY, 4))->get_output(0);
+  }
+  auto* a = c.net().add_attention(q, k, v, AttentionNormalizationOp::kSOFTMAX, causal && !mask);
+  auto p = a->get();
+  p.scale = c.has_attr("scale") ? c.attr_float("scale", 1.f) : static_cast<float>(1.0 / std::sqrt(static_cast<double>(h)));
+  a->set(p);
+  if (mask) c.net().set_layer_input(a, 3, mask);
+  Tensor* y = a->get_output(0);
+  if (three_d) {
+    y = im.transpose(y, {0, 2, 1, 3});
+    const auto hv = y->dims()[3], n = y->dims()[2];
+    y = im.reshape(y, Dims{0, 0, n * hv}, true);
+  }
+  c.output(0, y);
 }
 
 void group_norm(NodeContext& c) {
@@ -319,6 +412,8 @@ void lp_norm(NodeContext& c) {
   Tensor* m = p == 1 ? im.unary(x, UnaryOperation::kABS) : c.net().add_elementwise(x, x, E::kPROD)->get_output(0);
   Tensor* n = c.net().add_reduce(m, ReduceOperation::kSUM, 1u << axis, true)->get_output(0);
   if (p == 2) n = im.unary(n, UnaryOperation::kSQRT);
+  // A zero norm divides zeros: 0, not NaN (ONNX's reference).
+  n = im.elementwise(n, im.scalar(n->type(), 1e-30, r), E::kMAX);
   c.output(0, im.elementwise(x, n, E::kDIV));
 }
 
@@ -375,6 +470,8 @@ void add_nn_ops(ConverterTable& t) {
   t["BatchNormalization"] = batch_norm;
   t["InstanceNormalization"] = instance_norm;
   t["LayerNormalization"] = layer_norm;
+  t["RMSNormalization"] = rms_norm;
+  t["Attention"] = attention;
   t["GroupNormalization"] = group_norm;
   t["LpNormalization"] = lp_norm;
   t["QuantizeLinear"] = quantize_linear;

@@ -195,6 +195,7 @@ void reshape(NodeContext& c) {
       auto v = k->ints();
       return c.output(0, im.reshape(x, dims_of(v), !allowzero));
     }
+    im.require_shape_computable(c.input(1), "the shape");
     auto* s = c.net().add_shuffle(x);
     s->set_zero_is_placeholder(!allowzero);
     c.net().set_layer_input(s, 1, c.input(1));
@@ -208,7 +209,9 @@ void flatten(NodeContext& c) {
   Tensor* x = c.input(0);
   const Dims& d = x->dims();
   const int r = d.rank();
-  const int axis = c.axis(c.attr_int("axis", 1), r + 1);
+  std::int64_t a = c.attr_int("axis", 1);
+  if (a < -r || a > r) fail(OnnxErrorCode::kINVALID_NODE, "axis " + std::to_string(a) + " is outside [-rank, rank]");
+  const int axis = static_cast<int>(a < 0 ? a + r : a);
   std::int64_t rows = 1, cols = 1;
   bool rows_known = true, cols_known = true;
   for (int i = 0; i < r; ++i) {
@@ -627,8 +630,9 @@ void space_to_depth(NodeContext& c) {
   const std::int64_t b = c.attr_int("blocksize", 0);
   if (b <= 0 || d[2] % b != 0 || d[3] % b != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide H and W");
   const std::int64_t C = d[1], H = d[2] / b, W = d[3] / b;
+  const bool crd = c.attr_string("mode", "DCR") == "CRD";
   Tensor* y = im.reshape(x, Dims{0, C, H, b, W, b}, true);
-  y = im.transpose(y, {0, 3, 5, 1, 2, 4});
+  y = crd ? im.transpose(y, {0, 1, 3, 5, 2, 4}) : im.transpose(y, {0, 3, 5, 1, 2, 4});
   c.output(0, im.reshape(y, Dims{0, C * b * b, H, W}, true));
 }
 

@@ -67,6 +67,21 @@ void import_model(Network& net, const std::shared_ptr<const onnx::pb::ModelProto
   // Inputs (an input with an initializer of its name is a constant: ONNX's default value).
   for (const auto& in : g.input()) {
     if (initialized.count(in.name())) continue;
+    // An input the importer cannot take is reported at the first node that reads it.
+    auto graph_error = [&](OnnxErrorCode code, const std::string& what) {
+      Failure f{make_error(code, what)};
+      for (int index = 0; index < g.node_size() && f.error.node < 0; ++index)
+        for (const auto& name : g.node(index).input())
+          if (name == in.name()) {
+            f.error.node = index;
+            f.error.node_name = g.node(index).name();
+            f.error.node_operator = g.node(index).op_type();
+            f.error.description = g.node(index).op_type() + ": " + what;
+            break;
+          }
+      if (f.error.node < 0) f.error.description += " (no node reads it)";
+      throw f;
+    };
     const std::string what = "graph input '" + in.name() + "'";
     if (in.name().empty()) graph_error(OnnxErrorCode::kINVALID_GRAPH, "a graph input has no name");
     if (!in.type().has_tensor_type())
@@ -101,12 +116,14 @@ void import_model(Network& net, const std::shared_ptr<const onnx::pb::ModelProto
   for (int index = 0; index < g.node_size(); ++index) {
     const auto& node = g.node(index);
     auto node_failure = [&](OnnxErrorCode code, const std::string& what) {
-      Failure f{make_error(code, what)};
+      // The description names the operator too: it is often shown alone.
+      Failure f{make_error(code, what.rfind(node.op_type(), 0) == 0 ? what : node.op_type() + ": " + what)};
       f.error.node = index;
       f.error.node_name = node.name();
       f.error.node_operator = node.op_type();
       throw f;
     };
+    if (node.op_type().empty()) node_failure(OnnxErrorCode::kINVALID_NODE, "the node has no operator (op_type is empty)");
     if (!node.domain().empty() && node.domain() != "ai.onnx")
       node_failure(OnnxErrorCode::kUNSUPPORTED_NODE, "operator " + node.op_type() + " of domain '" + node.domain() +
                                                          "' is not supported (only ONNX's default domain is)");
@@ -238,17 +255,40 @@ bool OnnxParser::parse(std::span<const std::byte> bytes, const std::filesystem::
   int opset = -1;
   for (const auto& imp : model->opset_import())
     if (imp.domain().empty() || imp.domain() == "ai.onnx") opset = static_cast<int>(std::min<std::int64_t>(imp.version(), INT_MAX));
-  if (opset < 0 && model->ir_version() >= 3)
+  if (opset < 0 && model->ir_version() >= 3) {
+    // Models of other domains only (ai.onnx.ml, preview ops): name the first such node.
+    for (int index = 0; index < model->graph().node_size(); ++index) {
+      const auto& node = model->graph().node(index);
+      if (node.domain().empty() || node.domain() == "ai.onnx") continue;
+      error(OnnxErrorCode::kUNSUPPORTED_NODE, node.op_type() + ": operator " + node.op_type() + " of domain '" +
+                                                  node.domain() + "' is not supported (only ONNX's default domain is)");
+      errors_.back().node = index;
+      errors_.back().node_name = node.name();
+      errors_.back().node_operator = node.op_type();
+      return false;
+    }
     return error(OnnxErrorCode::kINVALID_GRAPH, "the model imports no opset of ONNX's default domain");
+  }
   if (opset < 0) opset = 1;
+  // An opset outside the range is reported at the first node (the operator read under it).
+  auto at_first_node = [&](bool) {
+    if (model->graph().node_size() == 0) return false;
+    const auto& node = model->graph().node(0);
+    auto& e = errors_.back();
+    e.node = 0;
+    e.node_name = node.name();
+    e.node_operator = node.op_type();
+    e.description = node.op_type() + ": " + e.description;
+    return false;
+  };
   if (opset > kMaxOpset)
-    return error(OnnxErrorCode::kUNSUPPORTED_GRAPH, "the model imports opset " + std::to_string(opset) +
+    return at_first_node(error(OnnxErrorCode::kUNSUPPORTED_GRAPH, "the model imports opset " + std::to_string(opset) +
                                                         " of ONNX's default domain; tensoracle reads opsets " +
-                                                        std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset));
+                                                        std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset)));
   if (opset < kMinOpset)
-    return error(OnnxErrorCode::kUNSUPPORTED_GRAPH, "the model imports opset " + std::to_string(opset) +
+    return at_first_node(error(OnnxErrorCode::kUNSUPPORTED_GRAPH, "the model imports opset " + std::to_string(opset) +
                                                         "; tensoracle reads opsets " + std::to_string(kMinOpset) + " to " +
-                                                        std::to_string(kMaxOpset) + " (convert it with onnx.version_converter)");
+                                                        std::to_string(kMaxOpset) + " (convert it with onnx.version_converter)"));
   const std::string folder = path.empty() ? std::string() : (path.has_parent_path() ? path.parent_path().string() : ".");
   std::shared_ptr<const onnx::pb::ModelProto> shared = model;
   for (int pass = 0; pass < 2; ++pass) {

@@ -1,0 +1,206 @@
+"""trt.OnnxParser: the API TensorRT programs use, dynamic axes and shape chains against
+onnxruntime, external data and what hostile models get (errors, never a crash or a changed
+network)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tensoracle
+from tensoracle import trt
+
+n = helper.make_node
+
+
+def vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def parse(m, path=None):
+    net = tensoracle.Network()
+    p = trt.OnnxParser(net, trt.Logger())
+    data = m if isinstance(m, (bytes, bytearray, memoryview)) else m.SerializeToString()
+    ok = p.parse(data, path)
+    return ok, net, p
+
+
+def run(net, feeds, ranges=None):
+    shapes = {k: tensoracle.InputShape.ranged(*ranges[k]) if ranges and k in ranges else tensoracle.InputShape.fixed(v.shape)
+              for k, v in feeds.items()}
+    build = tensoracle.EngineBuild(shapes, tensoracle.BuilderSettings(device="cpu"))
+    engine = tensoracle.deserialize_engine(tensoracle._native.build_serialized_network(net, build))
+    return engine.create_execution().run(feeds)
+
+
+def ort_run(m, feeds):
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+def test_parser_api_as_tensorrt_programs_use_it():
+    w = numpy_helper.from_array(np.ones((3, 2), np.float32), "w")
+    m = model([n("MatMul", ["x", "w"], ["y"])], [vi("x", [4, 3])], [vi("y", [4, 2])], [w])
+    ok, net, p = parse(bytearray(m.SerializeToString()))
+    assert ok and p.num_errors == 0 and net.num_inputs == 1 and net.num_outputs == 1
+    assert trt.OnnxParser.supports_operator("Conv") and p.supports_operator("MatMul")
+    assert not trt.OnnxParser.supports_operator("NonZero")
+    assert "Attention" in trt.OnnxParser.supported_operators() and trt.OnnxParser.max_opset() >= 21
+    with pytest.raises(tensoracle.InvalidArgument, match="get_error"):
+        p.get_error(0)
+    assert int(trt.ErrorCode.UNSUPPORTED_NODE) == 8  # TensorRT's values
+    ok, _, p = parse(memoryview(b"\x08\x07\x12"))  # bytes that are no model
+    assert not ok and p.get_error(0).code() == trt.ErrorCode.MODEL_DESERIALIZE_FAILED
+    p.clear_errors()
+    assert p.num_errors == 0
+
+
+def test_a_failed_parse_leaves_the_network_unchanged_and_names_the_node():
+    m = model([n("Relu", ["x"], ["r"], name="first"), n("NonZero", ["r"], ["y"], name="second")],
+              [vi("x", [3])], [vi("y", [1, None], TensorProto.INT64)])
+    net = tensoracle.Network()
+    net.add_input("mine", trt.float32, (2,))
+    p = trt.OnnxParser(net)
+    assert not p.parse(m.SerializeToString(), "model.onnx")
+    assert net.num_layers == 0 and net.num_inputs == 1 and net.num_outputs == 0  # (inputs are not layers here)
+    e = p.get_error(0)
+    assert (e.node(), e.node_name(), e.node_operator(), e.opset(), e.file()) == (1, "second", "NonZero", 17, "model.onnx")
+    assert "NonZero" in e.desc() and str(e).startswith("[onnx] model.onnx: node 1 'second' (NonZero, opset 17)")
+
+
+@pytest.mark.parametrize("opset", [5, 29])
+def test_opsets_outside_the_range_are_refused(opset):
+    m = model([n("Relu", ["x"], ["y"])], [vi("x", [3])], [vi("y", [3])], opset=opset)
+    ok, net, p = parse(m)
+    assert not ok and "opset" in p.get_error(0).desc() and p.get_error(0).code() == trt.ErrorCode.UNSUPPORTED_GRAPH
+
+
+def test_types_without_a_datatype_name_the_node_that_reads_them():
+    m = model([n("Abs", ["x"], ["y"], name="a")], [vi("x", [3], TensorProto.DOUBLE)], [vi("y", [3], TensorProto.DOUBLE)])
+    ok, _, p = parse(m)
+    e = p.get_error(0)
+    assert not ok and e.node_operator() == "Abs" and "double" in e.desc() and e.code() == trt.ErrorCode.UNSUPPORTED_NODE_DATATYPE
+
+
+def test_dynamic_batch_and_a_shape_chain_match_onnxruntime():
+    # Shape -> Gather -> Concat -> Reshape with a batch known only at run time: the chain runs as
+    # shape tensors in the engine.
+    idx = numpy_helper.from_array(np.array([0], np.int64), "idx")
+    rest = numpy_helper.from_array(np.array([-1], np.int64), "rest")
+    k = numpy_helper.from_array(np.random.default_rng(1).standard_normal((4, 3, 3, 3)).astype(np.float32), "k")
+    m = model([
+        n("Conv", ["x", "k"], ["c"], pads=[1, 1, 1, 1]),
+        n("Shape", ["c"], ["s"]), n("Gather", ["s", "idx"], ["b"], axis=0), n("Concat", ["b", "rest"], ["shape"], axis=0),
+        n("Reshape", ["c", "shape"], ["flat"]), n("Softmax", ["flat"], ["y"], axis=-1),
+    ], [vi("x", ["batch", 3, 5, 5])], [vi("y", ["batch", 100])], [idx, rest, k])
+    ok, net, p = parse(m)
+    assert ok, str(p.get_error(0))
+    assert tuple(net.get_input(0).shape) == (-1, 3, 5, 5)
+    rng = np.random.default_rng(2)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 3, 5, 5)).astype(np.float32)
+        got = run(net, {"x": x}, {"x": ((1, 3, 5, 5), (2, 3, 5, 5), (4, 3, 5, 5))})["y"]
+        np.testing.assert_allclose(got, ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_broadcasting_slices_pads_and_reductions_match_onnxruntime():
+    st = numpy_helper.from_array(np.array([1, 100], np.int64), "st")
+    en = numpy_helper.from_array(np.array([-1, -100], np.int64), "en")
+    steps = numpy_helper.from_array(np.array([1, -2], np.int64), "steps")
+    axes = numpy_helper.from_array(np.array([0, 1], np.int64), "axes")
+    pads = numpy_helper.from_array(np.array([1, 2, 0, 1], np.int64), "pads")
+    raxes = numpy_helper.from_array(np.array([1], np.int64), "raxes")
+    m = model([
+        n("Add", ["x", "bias"], ["a"]),
+        n("Slice", ["a", "st", "en", "axes", "steps"], ["s"]),  # bounds beyond the dims, a negative step
+        n("Pad", ["s", "pads"], ["p"], mode="edge"),
+        n("ReduceMean", ["p", "raxes"], ["y"], keepdims=0),
+    ], [vi("x", [5, 6]), vi("bias", [6])], [vi("y", [None])], [st, en, steps, axes, pads, raxes], opset=18)
+    ok, net, p = parse(m)
+    assert ok, str(p.get_error(0))
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((5, 6)).astype(np.float32), "bias": rng.standard_normal(6).astype(np.float32)}
+    np.testing.assert_allclose(run(net, feeds)["y"], ort_run(m, feeds)["y"], rtol=1e-5, atol=1e-6)
+
+
+def _external_model(tmp_path, location, *, offset=0, length=None, write=True):
+    values = np.arange(6, dtype=np.float32)
+    if write:
+        (tmp_path / "weights.bin").write_bytes(b"\0" * 8 + values.tobytes())
+    t = numpy_helper.from_array(values, "w")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length or 24))):
+        t.external_data.add(key=key, value=value)
+    m = model([n("Add", ["x", "w"], ["y"])], [vi("x", [6])], [vi("y", [6])], [t])
+    path = tmp_path / "model.onnx"
+    path.write_bytes(m.SerializeToString())
+    return path, values
+
+
+def test_external_data_is_read_beside_the_model(tmp_path):
+    path, values = _external_model(tmp_path, "weights.bin", offset=8)
+    net = tensoracle.Network()
+    p = trt.OnnxParser(net)
+    assert p.parse_from_file(str(path)), str(p.get_error(0))
+    x = np.ones(6, np.float32)
+    np.testing.assert_array_equal(run(net, {"x": x})["y"], x + values)
+    # bytes without the model's path cannot find it
+    ok, _, p = parse(path.read_bytes())
+    assert not ok and "parse_from_file" in p.get_error(0).desc()
+
+
+@pytest.mark.parametrize("location", ["../weights.bin", "/etc/passwd", "sub/../../weights.bin"])
+def test_external_data_outside_the_models_folder_is_refused(tmp_path, location):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 64)
+    path, _ = _external_model(folder, location, write=False)
+    net = tensoracle.Network()
+    p = trt.OnnxParser(net)
+    assert not p.parse_from_file(str(path))
+    e = p.get_error(0)
+    assert e.code() == trt.ErrorCode.INVALID_VALUE and ("leaves the model's folder" in e.desc() or "absolute" in e.desc())
+    assert net.num_layers == 0
+
+
+@pytest.mark.parametrize("offset,length", [(100, 24), (0, 1000), (8, 20)])
+def test_external_data_outside_the_file_is_refused(tmp_path, offset, length):
+    path, _ = _external_model(tmp_path, "weights.bin", offset=offset, length=length)
+    ok, _, p = parse(path.read_bytes(), str(path))
+    assert not ok and p.get_error(0).code() == trt.ErrorCode.INVALID_VALUE and "'w'" in p.get_error(0).desc()
+
+
+def _raw(dims, data):
+    t = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=dims)
+    t.raw_data = data
+    return t
+
+
+def test_hostile_models_get_errors(tmp_path):
+    x = vi("x", [3])
+    cases = {
+        "cycle": model([n("Relu", ["b"], ["a"]), n("Relu", ["a"], ["b"])], [x], [vi("b", [3])]),
+        "twice": model([n("Relu", ["x"], ["a"]), n("Relu", ["x"], ["a"])], [x], [vi("a", [3])]),
+        "no outputs": model([n("Relu", ["x"], ["a"])], [x], []),
+        "huge dims": model([n("Relu", ["x"], ["a"])], [x], [vi("a", [3])],
+                           [_raw([1 << 40, 1 << 40], b"")]),
+        "short raw": model([n("Add", ["x", "c"], ["a"])], [x], [vi("a", [3])],
+                           [_raw([3], b"\0" * 8)]),
+        "negative axis": model([n("Softmax", ["x"], ["a"], axis=-5)], [x], [vi("a", [3])]),
+        "bad perm": model([n("Transpose", ["x"], ["a"], perm=[0, 0])], [vi("x", [2, 2])], [vi("a", [2, 2])]),
+        "other domain": model([helper.make_node("Foo", ["x"], ["a"], domain="com.example")], [x], [vi("a", [3])]),
+    }
+    for name, m in cases.items():
+        ok, net, p = parse(m)
+        assert not ok, name
+        assert p.num_errors >= 1 and net.num_layers == 0, name
+        assert str(p.get_error(0)).startswith("[onnx] "), name
