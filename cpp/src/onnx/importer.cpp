@@ -29,6 +29,18 @@ std::string dims_text(const Dims& d) { return d.str(); }
 
 void fail(OnnxErrorCode code, const std::string& what) { throw NodeError(code, what); }
 
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) fail(OnnxErrorCode::kINVALID_NODE, std::string(what) + " does not fit in 64 bits");
+  return r;
+}
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) fail(OnnxErrorCode::kINVALID_NODE, std::string(what) + " does not fit in 64 bits");
+  return r;
+}
+
 std::optional<DataType> data_type_of(std::int32_t t) noexcept {
   switch (t) {
     case 1: return DataType::kFLOAT;
@@ -66,8 +78,10 @@ std::vector<std::int64_t> Known::ints() const {
     case DataType::kUINT8:
     case DataType::kBOOL: for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<const std::uint8_t*>(p)[i]; break;
     default: {
+      // Float values as integers: truncated, clamped into int64 (NaN gives 0).
       auto f = floats();
-      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int64_t>(f[i]);
+      for (std::size_t i = 0; i < n; ++i)
+        out[i] = !(f[i] == f[i]) ? 0 : f[i] >= 9.2e18 ? INT64_MAX : f[i] <= -9.2e18 ? INT64_MIN : static_cast<std::int64_t>(f[i]);
     }
   }
   return out;

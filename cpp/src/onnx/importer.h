@@ -34,6 +34,11 @@ struct NodeError : std::runtime_error {
 };
 [[noreturn]] void fail(OnnxErrorCode code, const std::string& what);
 
+// Integer arithmetic on a model's values (attributes, shapes, initializers), which may be
+// hostile: a result that does not fit 64 bits is a NodeError (kINVALID_NODE) naming `what`.
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what);
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what);
+
 // ONNX's TensorProto.DataType as tensoracle's, or nullopt (double, int16, strings, ...).
 std::optional<DataType> data_type_of(std::int32_t onnx_type) noexcept;
 std::string onnx_type_name(std::int32_t onnx_type);

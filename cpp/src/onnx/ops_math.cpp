@@ -209,7 +209,7 @@ Tensor* softmax_along(NodeContext& c, Tensor* x, bool log) {
     if (!x->dims().all_known())
       fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "Softmax before opset 13 over several axes needs known dims");
     std::int64_t rows = 1, cols = 1;
-    for (int i = 0; i < r; ++i) (i < axis ? rows : cols) *= x->dims()[i];
+    for (int i = 0; i < r; ++i) (i < axis ? rows : cols) = checked_mul(i < axis ? rows : cols, x->dims()[i], "the matrix size");
     Tensor* m = im.reshape(x, Dims{rows, cols});
     auto* s = c.net().add_softmax(m);
     s->set(SoftmaxParams{2u});

@@ -107,8 +107,13 @@ void conv_transpose(NodeContext& c) {
       const auto in = x->dims()[2 + i];
       if (in < 0) fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "ConvTranspose with SAME padding or output_shape needs known spatial dims");
       const auto s = win.strides[static_cast<std::size_t>(i)], d = win.dilations[static_cast<std::size_t>(i)], k = win.kernel[static_cast<std::size_t>(i)];
-      std::int64_t target = same ? in * s : out_shape[out_shape.size() - static_cast<std::size_t>(n) + static_cast<std::size_t>(i)];
-      const std::int64_t total = s * (in - 1) + out_pad[static_cast<std::size_t>(i)] + ((k - 1) * d + 1) - target;
+      if (out_shape.size() != 0 && out_shape.size() < static_cast<std::size_t>(n))
+        fail(OnnxErrorCode::kINVALID_NODE, "output_shape has fewer entries than spatial dims");
+      std::int64_t target = same ? checked_mul(in, s, "the output size")
+                                 : out_shape[out_shape.size() - static_cast<std::size_t>(n) + static_cast<std::size_t>(i)];
+      const std::int64_t span = checked_add(checked_mul(k - 1, d, "the kernel span"), 1, "the kernel span");
+      const std::int64_t total = checked_add(checked_add(checked_mul(s, in - 1, "the output size"), out_pad[static_cast<std::size_t>(i)], "the output size"),
+                                             span - target, "the output size");
       if (total < 0) {
         // The output is larger than the full result: pads become output padding.
         win.pre[static_cast<std::size_t>(i)] = 0;
@@ -177,13 +182,14 @@ Converter pool(PoolingType type) {
         for (int i = 0; i < n; ++i) {
           const auto in = x->dims()[2 + i];
           const auto s = win.strides[static_cast<std::size_t>(i)];
-          const auto span = (win.kernel[static_cast<std::size_t>(i)] - 1) * win.dilations[static_cast<std::size_t>(i)] + 1;
+          const auto span = checked_add(checked_mul(win.kernel[static_cast<std::size_t>(i)] - 1, win.dilations[static_cast<std::size_t>(i)], "the window span"), 1, "the window span");
           const auto pre = win.pre[static_cast<std::size_t>(i)], post = win.post[static_cast<std::size_t>(i)];
-          const auto extent = in + pre + post - span;
+          if (s <= 0 || pre < 0 || post < 0) continue;  // the pooling layer refuses them
+          const auto extent = checked_add(checked_add(in, pre, "the padded size"), post - span, "the padded size");
           if (extent < 0) continue;
-          std::int64_t out = (extent + s - 1) / s + 1;
-          if ((out - 1) * s >= in + pre) --out;
-          const auto need = (out - 1) * s + span - in - pre;
+          std::int64_t out = extent / s + (extent % s != 0) + 1;
+          if (checked_mul(out - 1, s, "the output size") >= in + pre) --out;
+          const auto need = checked_add(checked_mul(out - 1, s, "the output size"), span - in - pre, "the padding");
           if (need > post) win.post[static_cast<std::size_t>(i)] = need;
         }
       }
@@ -351,11 +357,14 @@ void attention(NodeContext& c) {
     // joined with the given mask.
     const auto s = q->dims()[2], skv = k->dims()[2];
     if (s < 0 || skv < 0) fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "a mask with is_causal, or a window, needs known sequence lengths");
+    if (checked_mul(s, skv, "the mask's size") > (std::int64_t{1} << 28))
+      fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "a causal or window mask of " + std::to_string(s) + " x " + std::to_string(skv));
+    const std::int64_t lo = std::min(left, skv), hi = std::min(right, skv);
     std::vector<std::uint8_t> keep(static_cast<std::size_t>(s * skv));
     for (std::int64_t i = 0; i < s; ++i)
       for (std::int64_t j = 0; j < skv; ++j)
         keep[static_cast<std::size_t>(i * skv + j)] =
-            (!causal || j <= i) && (left < 0 || j >= i - left) && (right < 0 || j <= i + right);
+            (!causal || j <= i) && (lo < 0 || j >= i - lo) && (hi < 0 || j <= i + hi);
     Tensor* band = im.constant(Dims{1, 1, s, skv}, Weights::copy_of(DataType::kBOOL, keep.data(), s * skv));
     if (!mask) mask = band;
     else if (mask->type() == DataType::kBOOL) mask = c.net().add_elementwise(mask, band, E::kAND)->get_output(0);
@@ -370,7 +379,7 @@ void attention(NodeContext& c) {
   if (three_d) {
     y = im.transpose(y, {0, 2, 1, 3});
     const auto hv = y->dims()[3], n = y->dims()[2];
-    y = im.reshape(y, Dims{0, 0, n * hv}, true);
+    y = im.reshape(y, Dims{0, 0, checked_mul(n, hv, "the hidden size")}, true);
   }
   c.output(0, y);
 }

@@ -146,7 +146,7 @@ void constant_of_shape(NodeContext& c) {
     const Dims dims = dims_of(v);
     std::vector<std::int64_t> ones(v.size(), 1);
     Tensor* one = im.constant(dims_of(ones), fill.weights);
-    if (dims.volume() == 0) {
+    if (std::find(v.begin(), v.end(), 0) != v.end()) {
       // An empty result: a constant with no elements.
       return c.output(0, im.constant(dims, Weights::copy_of(fill.weights.type(), fill.weights.values(), 0)));
     }
@@ -216,7 +216,7 @@ void flatten(NodeContext& c) {
   bool rows_known = true, cols_known = true;
   for (int i = 0; i < r; ++i) {
     if (d[i] < 0) (i < axis ? rows_known : cols_known) = false;
-    else (i < axis ? rows : cols) *= d[i];
+    else (i < axis ? rows : cols) = checked_mul(i < axis ? rows : cols, d[i], "the flattened size");
   }
   if (rows_known && cols_known) return c.output(0, im.reshape(x, Dims{rows, cols}));
   if (cols_known) return c.output(0, im.reshape(x, Dims{-1, cols}));
@@ -359,6 +359,7 @@ void split(NodeContext& c) {
     const std::int64_t outputs = c.has_attr("num_outputs") ? c.attr_int("num_outputs", n) : n;
     if (outputs <= 0) fail(OnnxErrorCode::kINVALID_NODE, "Split into no outputs");
     const std::int64_t each = (dim + outputs - 1) / outputs;
+    if (outputs > dim + 1 && outputs > 64) fail(OnnxErrorCode::kINVALID_NODE, "Split into " + std::to_string(outputs) + " outputs");
     for (std::int64_t i = 0, left = dim; i < outputs; ++i, left -= each) parts.push_back(std::clamp<std::int64_t>(left, 0, each));
   }
   if (static_cast<int>(parts.size()) != n)
@@ -367,7 +368,7 @@ void split(NodeContext& c) {
   for (int i = 0; i < n; ++i) {
     if (parts[static_cast<std::size_t>(i)] < 0) fail(OnnxErrorCode::kINVALID_NODE, "split holds a negative size");
     c.output(i, slice_axis(c, x, axis, start, parts[static_cast<std::size_t>(i)]));
-    start += parts[static_cast<std::size_t>(i)];
+    start = checked_add(start, parts[static_cast<std::size_t>(i)], "the split sizes");
   }
   if (dim >= 0 && start != dim)
     fail(OnnxErrorCode::kINVALID_NODE, "the parts add up to " + std::to_string(start) + ", not the axis size " + std::to_string(dim));
@@ -414,11 +415,11 @@ void slice(NodeContext& c) {
     if (step > 0) {
       s = std::min(s, dim);
       e = std::clamp<std::int64_t>(e, 0, dim);
-      count = e > s ? (e - s + step - 1) / step : 0;
+      count = e > s ? (e - s - 1) / step + 1 : 0;
     } else {
       s = std::min(s, dim - 1);
       e = std::clamp<std::int64_t>(e, -1, dim - 1);
-      count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+      count = s > e ? (s - e - 1) / checked_mul(step, -1, "a step") + 1 : 0;
     }
     st[static_cast<std::size_t>(a)] = count > 0 ? s : 0;
     sz[static_cast<std::size_t>(a)] = count;
@@ -497,9 +498,9 @@ void tile(NodeContext& c) {
   std::vector<std::int64_t> out;
   for (int i = 0; i < d.rank(); ++i) {
     if (reps[static_cast<std::size_t>(i)] < 0) fail(OnnxErrorCode::kINVALID_NODE, "a repeat count is negative");
-    out.push_back(d[i] * reps[static_cast<std::size_t>(i)]);
+    out.push_back(checked_mul(d[i], reps[static_cast<std::size_t>(i)], "the tiled size"));
   }
-  if (dims_of(out).volume() == 0) {
+  if (std::find(out.begin(), out.end(), 0) != out.end()) {
     return c.output(0, c.im().constant(dims_of(out), Weights::copy_of(x->type(), nullptr, 0)));
   }
   std::vector<std::int64_t> zero(out.size(), 0), one(out.size(), 1);
@@ -521,8 +522,16 @@ void range(NodeContext& c) {
     auto* p = buf.data() + static_cast<std::size_t>(i) * element_size(t);
     switch (t) {
       case DataType::kFLOAT: { float v = static_cast<float>(s + static_cast<double>(i) * dl); std::memcpy(p, &v, 4); break; }
-      case DataType::kINT32: { auto v = static_cast<std::int32_t>(start.ints()[0] + i * delta.ints()[0]); std::memcpy(p, &v, 4); break; }
-      case DataType::kINT64: { auto v = start.ints()[0] + i * delta.ints()[0]; std::memcpy(p, &v, 8); break; }
+      case DataType::kINT32: {
+        auto v = static_cast<std::int32_t>(checked_add(start.ints()[0], checked_mul(i, delta.ints()[0], "a range value"), "a range value"));
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case DataType::kINT64: {
+        auto v = checked_add(start.ints()[0], checked_mul(i, delta.ints()[0], "a range value"), "a range value");
+        std::memcpy(p, &v, 8);
+        break;
+      }
       default: fail(OnnxErrorCode::kUNSUPPORTED_NODE_DATATYPE, "Range of type " + std::string(type_name(t)));
     }
   }
@@ -552,14 +561,16 @@ Tensor* pad_slice(NodeContext& c, Tensor* x, const std::vector<std::int64_t>& pr
   for (int i = 0; i < r; ++i) {
     st[static_cast<std::size_t>(i)] = -pre[static_cast<std::size_t>(i)];
     if (d[i] < 0) { known = false; continue; }
-    sz[static_cast<std::size_t>(i)] = d[i] + pre[static_cast<std::size_t>(i)] + post[static_cast<std::size_t>(i)];
+    sz[static_cast<std::size_t>(i)] = checked_add(checked_add(d[i], pre[static_cast<std::size_t>(i)], "the padded size"),
+                                                  post[static_cast<std::size_t>(i)], "the padded size");
     if (sz[static_cast<std::size_t>(i)] < 0) fail(OnnxErrorCode::kINVALID_NODE, "the pads remove more than axis " + std::to_string(i) + " holds");
   }
   auto* s = c.net().add_slice(x, dims_of(st), known ? dims_of(sz) : dims_of(one), dims_of(one));
   s->set(SliceParams{s->get().start, s->get().size, s->get().stride, mode, 0});
   if (!known) {
     std::vector<std::int64_t> add(static_cast<std::size_t>(r));
-    for (int i = 0; i < r; ++i) add[static_cast<std::size_t>(i)] = pre[static_cast<std::size_t>(i)] + post[static_cast<std::size_t>(i)];
+    for (int i = 0; i < r; ++i)
+      add[static_cast<std::size_t>(i)] = checked_add(pre[static_cast<std::size_t>(i)], post[static_cast<std::size_t>(i)], "the pads");
     c.net().set_layer_input(s, kSliceSize, c.net().add_elementwise(shape_of(c, x), im.constant_i64(add), E::kSUM)->get_output(0));
   }
   if (mode == SampleMode::kFILL && fill) c.net().set_layer_input(s, kSliceFill, fill);
@@ -613,12 +624,12 @@ void depth_to_space(NodeContext& c) {
   if (d.rank() != 4 || d[1] < 0 || d[2] < 0 || d[3] < 0)
     fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "DepthToSpace takes [N, C, H, W] with known C, H and W");
   const std::int64_t b = c.attr_int("blocksize", 0);
-  if (b <= 0 || d[1] % (b * b) != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide C");
+  if (b <= 0 || b > (1 << 20) || d[1] % (b * b) != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide C");
   const std::int64_t C = d[1] / (b * b), H = d[2], W = d[3];
   const bool crd = c.attr_string("mode", "DCR") == "CRD";
   Tensor* y = crd ? im.reshape(x, Dims{0, C, b, b, H, W}, true) : im.reshape(x, Dims{0, b, b, C, H, W}, true);
   y = crd ? im.transpose(y, {0, 1, 4, 2, 5, 3}) : im.transpose(y, {0, 3, 4, 1, 5, 2});
-  c.output(0, im.reshape(y, Dims{0, C, H * b, W * b}, true));
+  c.output(0, im.reshape(y, Dims{0, C, checked_mul(H, b, "the height"), checked_mul(W, b, "the width")}, true));
 }
 
 void space_to_depth(NodeContext& c) {
@@ -628,12 +639,12 @@ void space_to_depth(NodeContext& c) {
   if (d.rank() != 4 || d[1] < 0 || d[2] < 0 || d[3] < 0)
     fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "SpaceToDepth takes [N, C, H, W] with known C, H and W");
   const std::int64_t b = c.attr_int("blocksize", 0);
-  if (b <= 0 || d[2] % b != 0 || d[3] % b != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide H and W");
+  if (b <= 0 || b > (1 << 20) || d[2] % b != 0 || d[3] % b != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide H and W");
   const std::int64_t C = d[1], H = d[2] / b, W = d[3] / b;
   const bool crd = c.attr_string("mode", "DCR") == "CRD";
   Tensor* y = im.reshape(x, Dims{0, C, H, b, W, b}, true);
   y = crd ? im.transpose(y, {0, 1, 3, 5, 2, 4}) : im.transpose(y, {0, 3, 5, 1, 2, 4});
-  c.output(0, im.reshape(y, Dims{0, C * b * b, H, W}, true));
+  c.output(0, im.reshape(y, Dims{0, checked_mul(C, b * b, "the channels"), H, W}, true));
 }
 
 void trilu(NodeContext& c) {
@@ -645,6 +656,8 @@ void trilu(NodeContext& c) {
   const std::int64_t k = c.has_input(1) ? c.input_ints(1, "k").at(0) : 0;
   const bool upper = c.attr_int("upper", 1) != 0;
   const std::int64_t n = d[r - 2], m = d[r - 1];
+  if (checked_mul(n, m, "the mask's size") > (std::int64_t{1} << 28))
+    fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "Trilu over " + std::to_string(n) + " x " + std::to_string(m));
   std::vector<std::uint8_t> keep(static_cast<std::size_t>(n * m));
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t j = 0; j < m; ++j) keep[static_cast<std::size_t>(i * m + j)] = upper ? (j - i >= k) : (j - i <= k);
@@ -659,7 +672,9 @@ void trilu(NodeContext& c) {
 void one_hot(NodeContext& c) {
   auto& im = c.im();
   Tensor* idx = c.input(0);
-  const std::int64_t depth = static_cast<std::int64_t>(c.known_input(1, "depth").floats().at(0));
+  const double depth_value = c.known_input(1, "depth").floats().at(0);
+  if (!(depth_value >= 1 && depth_value <= (1 << 24))) fail(OnnxErrorCode::kINVALID_NODE, "depth " + std::to_string(depth_value));
+  const auto depth = static_cast<std::int64_t>(depth_value);
   Tensor* values = c.input(2);
   if (values->dims().volume() != 2) fail(OnnxErrorCode::kINVALID_NODE, "values must hold two elements");
   const int r = idx->dims().rank() + 1;
