@@ -123,10 +123,11 @@ void mod(NodeContext& c) {
   Tensor* b = c.input(1);
   const bool fmod = c.attr_int("fmod", 0) != 0;
   const bool floating = is_floating(a->type());
-  if (floating && !fmod) fail(OnnxErrorCode::kINVALID_NODE, "Mod of floating-point inputs needs fmod = 1");
   auto& im = c.im();
   Tensor* q;
-  if (!floating) {
+  if (!floating || !fmod) {
+    // Integers: truncated (fmod) or floored division; floats without fmod: floored, so the
+    // result takes the divisor's sign (numpy.mod).
     q = im.elementwise(a, b, fmod ? E::kDIV : E::kFLOOR_DIV);
   } else {
     // trunc(a / b) = sign(v) * floor(|v|)
@@ -281,9 +282,19 @@ Converter arg_op(TopKOperation op) {
     Tensor* x = c.input(0);
     const int r = x->dims().rank();
     const int axis = c.axis(c.attr_int("axis", 0), r);
-    c.require_attr_int("select_last_index", 0, 0, "the first index of equal values is taken");
+    const bool last = c.attr_int("select_last_index", 0) != 0;
+    const auto dim = x->dims()[axis];
+    if (last) {
+      // The last of equal values: the first along the reversed axis, counted from the end.
+      if (dim < 0) fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "select_last_index along an axis of unknown size");
+      std::vector<std::int64_t> st(static_cast<std::size_t>(r), 0), stride(static_cast<std::size_t>(r), 1);
+      st[static_cast<std::size_t>(axis)] = dim - 1;
+      stride[static_cast<std::size_t>(axis)] = -1;
+      x = c.net().add_slice(x, Dims(std::span<const std::int64_t>(st)), x->dims(), Dims(std::span<const std::int64_t>(stride)))->get_output(0);
+    }
     Tensor* idx = c.net().add_topk(x, op, 1, 1u << axis)->get_output(1);
     idx = im.cast(idx, DataType::kINT64);
+    if (last) idx = im.elementwise(im.scalar(DataType::kINT64, static_cast<double>(dim - 1), r), idx, E::kSUB);
     if (c.attr_int("keepdims", 1) == 0) {
       std::vector<std::int64_t> d;
       for (int i = 0; i < r; ++i)

@@ -92,17 +92,26 @@ DataType cast_target(std::int64_t to) {
   return *t;
 }
 
-void cast(NodeContext& c) {
-  const DataType to = cast_target(c.attr_int("to", 1));
-  Tensor* x = c.input(0);
-  c.output(0, x->type() == to ? c.im().identity(x) : c.im().cast(x, to));
+// x as `to`. fp8 values enter and leave through quantize / dequantize with a scale of 1, which
+// round to nearest even and saturate as ONNX's Cast does with saturate = 1.
+Tensor* convert(NodeContext& c, Tensor* x, DataType to) {
+  auto& im = c.im();
+  if (x->type() == to) return im.identity(x);
+  if (to != DataType::kFP8 && x->type() != DataType::kFP8) return im.cast(x, to);
+  if (c.attr_int("saturate", 1) == 0)
+    fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "saturate = 0 for float8 (tensoracle's conversions to fp8 saturate)");
+  if (to == DataType::kFP8) {
+    Tensor* f = is_floating(x->type()) ? x : im.cast(x, DataType::kFLOAT);
+    return c.net().add_quantize(f, im.scalar(f->type(), 1, 0), DataType::kFP8)->get_output(0);
+  }
+  const DataType via = to == DataType::kHALF || to == DataType::kBF16 ? to : DataType::kFLOAT;
+  Tensor* y = c.net().add_dequantize(x, im.scalar(via, 1, 0), via)->get_output(0);
+  return im.cast(y, to);
 }
 
-void cast_like(NodeContext& c) {
-  Tensor* x = c.input(0);
-  const DataType to = c.input(1)->type();
-  c.output(0, x->type() == to ? c.im().identity(x) : c.im().cast(x, to));
-}
+void cast(NodeContext& c) { c.output(0, convert(c, c.input(0), cast_target(c.attr_int("to", 1)))); }
+
+void cast_like(NodeContext& c) { c.output(0, convert(c, c.input(0), c.input(1)->type())); }
 
 void constant(NodeContext& c) {
   auto& im = c.im();
