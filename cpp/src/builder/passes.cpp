@@ -170,6 +170,9 @@ PassLog fuse_pointwise(Graph& g, const FusionPolicy& can_fuse) {
       if (absorbed[pi]) continue;
       Node& prod = g.nodes[pi];
       if (!prod.extra_outputs.empty()) continue;  // several outputs: no epilogue
+      // A shape node's dims are read on the host (graph::infer_shapes), not run: nothing fuses
+      // into it (what reads the shape runs as its own node, evaluated on the host too).
+      if (std::holds_alternative<ShapeParams>(prod.params)) continue;
       int v = prod.output;
       const auto& val = g.values[static_cast<std::size_t>(v)];
       const auto& readers = consumers[static_cast<std::size_t>(v)];

@@ -208,7 +208,7 @@ std::vector<TensorDesc> infer_shapes(const Graph& g, const std::vector<Dims>& in
     // Shape tensors: of single-output nodes (a multi-output node is not evaluated on the host).
     if (!n.extra_outputs.empty()) continue;
     const TensorDesc& d = desc[out];
-    if (!is_shape_tensor_type(d.type) || !d.dims.all_known() || d.dims.volume() > kMaxShapeTensorElements) continue;
+    if (!is_host_value_type(d.type) || !d.dims.all_known() || d.dims.volume() > kMaxShapeTensorElements) continue;
     if (std::holds_alternative<ShapeParams>(n.params) && n.epilogue.empty()) {
       const Dims& x = desc[static_cast<std::size_t>(n.inputs[0])].dims;
       if (x.all_known()) values[out] = x.vec();

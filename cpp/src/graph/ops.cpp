@@ -20,12 +20,15 @@ std::optional<std::uint64_t> byte_size(DataType t, const Dims& d) noexcept {
   return bytes;
 }
 
+bool is_host_value_type(DataType t) noexcept { return is_shape_tensor_type(t) || t == DataType::kBOOL; }
+
 std::optional<std::vector<std::int64_t>> shape_values_of(const Weights& w) {
-  if (!is_shape_tensor_type(w.type()) || w.count() > kMaxShapeTensorElements || w.values() == nullptr) return std::nullopt;
+  if (!is_host_value_type(w.type()) || w.count() > kMaxShapeTensorElements || w.values() == nullptr) return std::nullopt;
   std::vector<std::int64_t> v(static_cast<std::size_t>(w.count()));
   for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = w.type() == DataType::kINT32 ? static_cast<const std::int32_t*>(w.values())[i]
-                                        : static_cast<const std::int64_t*>(w.values())[i];
+    v[i] = w.type() == DataType::kINT32  ? static_cast<const std::int32_t*>(w.values())[i]
+           : w.type() == DataType::kBOOL ? static_cast<const std::uint8_t*>(w.values())[i] != 0
+                                         : static_cast<const std::int64_t*>(w.values())[i];
   return v;
 }
 

@@ -30,10 +30,14 @@ struct InputFacts {
 // Shape tensors hold at most this many elements.
 inline constexpr std::int64_t kMaxShapeTensorElements = 64;
 bool is_shape_tensor_type(DataType t) noexcept;
+// What shape inference tracks the values of (shape tensors, and the small bool tensors of the
+// comparisons and selects that compute them: Equal -> Where chains of exported models). Values
+// are held as int64 (bool: 0 or 1).
+bool is_host_value_type(DataType t) noexcept;
 // Bytes of a tensor of type `t` and dims `d`; nullopt when a dim is unknown (-1) or the count
 // overflows 64 bits. Every size taken from untrusted dims goes through this.
 std::optional<std::uint64_t> byte_size(DataType t, const Dims& d) noexcept;
-// The values of int32/int64 weights of at most kMaxShapeTensorElements elements; else nullopt.
+// The values of int32/int64/bool weights of at most kMaxShapeTensorElements elements; else nullopt.
 std::optional<std::vector<std::int64_t>> shape_values_of(const Weights& w);
 
 // Output descriptions of a layer with `params` applied to `inputs`. Throws InvalidArgument with

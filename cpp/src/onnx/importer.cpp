@@ -310,6 +310,74 @@ std::optional<Known> Importer::evaluate(Layer& layer, int depth) {
   }
 }
 
+std::optional<std::vector<Importer::SymDim>> Importer::symbolic(Tensor* t, int depth) {
+  if (t == nullptr || depth > kMaxFoldDepth || (t->type() != DataType::kINT64 && t->type() != DataType::kINT32) ||
+      t->dims().rank() > 1 || (t->dims().rank() == 1 && (t->dims()[0] < 0 || t->dims()[0] > Dims::kMaxRank)))
+    return std::nullopt;
+  if (auto k = value(t)) {
+    std::vector<SymDim> out;
+    for (auto v : k->ints()) out.push_back({v, nullptr, -1});
+    return out;
+  }
+  Layer* l = t->producer();
+  if (l == nullptr) return std::nullopt;
+  auto in = [&](int i) { return symbolic(l->get_input(i), depth + 1); };
+  switch (l->type()) {
+    case LayerType::kSHAPE: {
+      const Tensor* x = l->get_input(0);
+      std::vector<SymDim> out;
+      for (int i = 0; i < x->dims().rank(); ++i)
+        out.push_back(x->dims()[i] >= 0 ? SymDim{x->dims()[i], nullptr, -1} : SymDim{std::nullopt, x, i});
+      return out;
+    }
+    case LayerType::kCAST:
+    case LayerType::kIDENTITY:
+      return in(0);
+    case LayerType::kSHUFFLE: {  // a reshape between 0-D and 1-D: the same entries
+      const auto& p = std::get<ShuffleParams>(l->params());
+      if (l->num_inputs() != 1 || p.first_transpose != Permutation{} || p.second_transpose != Permutation{}) return std::nullopt;
+      return in(0);
+    }
+    case LayerType::kCONCATENATION: {
+      std::vector<SymDim> out;
+      for (int i = 0; i < l->num_inputs(); ++i) {
+        auto part = in(i);
+        if (!part) return std::nullopt;
+        out.insert(out.end(), part->begin(), part->end());
+      }
+      if (out.size() > static_cast<std::size_t>(Dims::kMaxRank)) return std::nullopt;
+      return out;
+    }
+    case LayerType::kGATHER: {
+      const auto& p = std::get<GatherParams>(l->params());
+      auto data = in(0);
+      auto idx = value(l->get_input(1));
+      if (!data || !idx || p.mode != GatherMode::kDEFAULT || p.axis != 0) return std::nullopt;
+      std::vector<SymDim> out;
+      for (auto i : idx->ints()) {
+        if (i < 0) i += static_cast<std::int64_t>(data->size());
+        if (i < 0 || i >= static_cast<std::int64_t>(data->size())) return std::nullopt;
+        out.push_back((*data)[static_cast<std::size_t>(i)]);
+      }
+      return out;
+    }
+    case LayerType::kSLICE: {
+      const auto& p = std::get<SliceParams>(l->params());
+      auto data = in(0);
+      if (!data || p.tensor_inputs != 0 || p.mode != SampleMode::kSTRICT_BOUNDS || p.start.rank() != 1) return std::nullopt;
+      std::vector<SymDim> out;
+      for (std::int64_t i = 0; i < p.size[0]; ++i) {
+        const auto at = p.start[0] + i * p.stride[0];
+        if (at < 0 || at >= static_cast<std::int64_t>(data->size())) return std::nullopt;
+        out.push_back((*data)[static_cast<std::size_t>(at)]);
+      }
+      return out;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
 void Importer::require_shape_computable(Tensor* t, std::string_view what) {
   std::vector<Tensor*> todo{t};
   std::unordered_map<const Tensor*, bool> seen;
@@ -431,7 +499,9 @@ Tensor* Importer::broadcast_to(Tensor* x, Tensor* shape) {
   require_shape_computable(shape, "the shape");
   const int r = x->dims().rank();
   std::vector<std::int64_t> zero(static_cast<std::size_t>(r), 0), one(static_cast<std::size_t>(r), 1);
-  auto* s = net_.add_slice(x, Dims(std::span<const std::int64_t>(zero)), x->dims(), Dims(std::span<const std::int64_t>(one)));
+  // The size is the shape tensor's (ones until it is set).
+  auto* s = net_.add_slice(x, Dims(std::span<const std::int64_t>(zero)), Dims(std::span<const std::int64_t>(one)),
+                           Dims(std::span<const std::int64_t>(one)));
   s->set(SliceParams{s->get().start, s->get().size, s->get().stride, SampleMode::kWRAP, 0});
   net_.set_layer_input(s, kSliceSize, shape);
   return s->get_output(0);

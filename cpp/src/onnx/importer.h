@@ -69,6 +69,18 @@ class Importer {
   // the CPU backend's kernels (small results only). nullopt otherwise.
   std::optional<Known> value(Tensor* t);
 
+  // The entries of a small 1-D (or 0-D) integer tensor as far as they are known while parsing:
+  // a value, or "dimension `axis` of tensor `of`" (what Shape gives for a dim known only at run
+  // time), or unknown. Exporters build reshape targets from such pieces (Concat of Gathers of a
+  // Shape and constants); a reshape whose unknown entries are the input's own dims in place
+  // becomes static (0 placeholders). nullopt when `t` is not such a tensor.
+  struct SymDim {
+    std::optional<std::int64_t> value;
+    const Tensor* of = nullptr;
+    int axis = -1;
+  };
+  std::optional<std::vector<SymDim>> symbolic(Tensor* t, int depth = 0);
+
   // Refuses (kUNSUPPORTED_NODE_DYNAMIC) a shape-like tensor (`what`: "the shape") computed from
   // the values of a network input: tensoracle has no shape-tensor inputs, so reshape dims,
   // slice bounds and the like come from constants and tensors' shapes only.

@@ -204,11 +204,43 @@ void reshape(NodeContext& c) {
       auto v = k->ints();
       return c.output(0, im.reshape(x, dims_of(v), !allowzero));
     }
+    // Unknown entries that are x's own dims in place become 0 placeholders, one other at most
+    // -1: a static reshape, whose known dims later layers can use.
+    auto sym = im.symbolic(c.input(1));
+    // allowzero only matters for a literal 0 entry.
+    const bool zero_entry = sym && std::any_of(sym->begin(), sym->end(), [](const auto& e) { return e.value && *e.value == 0; });
+    if (sym && !(allowzero && zero_entry)) {
+      std::vector<std::int64_t> spec;
+      int inferred = 0;
+      bool ok = true;
+      for (std::size_t i = 0; i < sym->size() && ok; ++i) {
+        const auto& e = (*sym)[i];
+        if (e.value) {
+          ok = *e.value != 0 || static_cast<int>(i) < x->dims().rank();
+          spec.push_back(*e.value);
+          if (*e.value == -1) ++inferred;
+        } else if (e.of == x && e.axis == static_cast<int>(i)) {
+          spec.push_back(0);
+        } else {
+          spec.push_back(-1);
+          ++inferred;
+        }
+      }
+      if (ok && inferred <= 1) return c.output(0, im.reshape(x, dims_of(spec), true));
+    }
     im.require_shape_computable(c.input(1), "the shape");
     auto* s = c.net().add_shuffle(x);
     s->set_zero_is_placeholder(!allowzero);
     c.net().set_layer_input(s, 1, c.input(1));
-    return c.output(0, s->get_output(0));
+    Tensor* y = s->get_output(0);
+    // The entries known while parsing become known dims of the result: a second reshape that
+    // restates them (0 keeps a dim known only at run time; at run time it changes nothing).
+    if (sym && !zero_entry && std::any_of(sym->begin(), sym->end(), [](const auto& e) { return e.value && *e.value > 0; })) {
+      std::vector<std::int64_t> spec;
+      for (const auto& e : *sym) spec.push_back(e.value && *e.value > 0 ? *e.value : 0);
+      y = im.reshape(y, dims_of(spec), true);
+    }
+    return c.output(0, y);
   }
   c.output(0, im.reshape(x, dims_of(c.attr_ints("shape")), true));
 }
@@ -383,6 +415,72 @@ void split(NodeContext& c) {
     fail(OnnxErrorCode::kINVALID_NODE, "the parts add up to " + std::to_string(start) + ", not the axis size " + std::to_string(dim));
 }
 
+// Slice with bounds known only at run time (ends from a Shape of a dynamic axis, typically):
+// ONNX's clamping computed on shape tensors of the input's rank, then one slice reading its
+// start and size from them. Axes and steps must be known.
+void slice_at_run_time(NodeContext& c, Tensor* x, std::vector<std::int64_t> axes, std::vector<std::int64_t> steps) {
+  auto& im = c.im();
+  auto& net = c.net();
+  const int r = x->dims().rank();
+  Tensor* starts = im.cast(c.input(1), DataType::kINT64);
+  Tensor* ends = im.cast(c.input(2), DataType::kINT64);
+  im.require_shape_computable(starts, "the starts");
+  im.require_shape_computable(ends, "the ends");
+  if (starts->dims().rank() != 1 || starts->dims()[0] < 0 || starts->dims() != ends->dims())
+    fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "starts and ends must be 1-D of one known length");
+  const auto k = starts->dims()[0];
+  if (axes.empty())
+    for (std::int64_t i = 0; i < k; ++i) axes.push_back(i);
+  if (steps.empty()) steps.assign(static_cast<std::size_t>(k), 1);
+  if (static_cast<std::int64_t>(axes.size()) != k || static_cast<std::int64_t>(steps.size()) != k)
+    fail(OnnxErrorCode::kINVALID_NODE, "starts, ends, axes and steps differ in length");
+  // For each axis of x: which entry of starts / ends it takes (k: the default appended last),
+  // its step, and 1 where the step is negative.
+  std::vector<std::int64_t> pick(static_cast<std::size_t>(r), k), stride(static_cast<std::size_t>(r), 1),
+      negative(static_cast<std::size_t>(r), 0), magnitude(static_cast<std::size_t>(r), 1);
+  std::uint32_t seen = 0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    const int a = c.axis(axes[static_cast<std::size_t>(i)], r);
+    if (seen & (1u << a)) fail(OnnxErrorCode::kINVALID_NODE, "axis " + std::to_string(a) + " is sliced twice");
+    seen |= 1u << a;
+    const auto step = steps[static_cast<std::size_t>(i)];
+    if (step == 0 || step == INT64_MIN) fail(OnnxErrorCode::kINVALID_NODE, "a step is " + std::to_string(step));
+    pick[static_cast<std::size_t>(a)] = i;
+    stride[static_cast<std::size_t>(a)] = step;
+    negative[static_cast<std::size_t>(a)] = step < 0;
+    magnitude[static_cast<std::size_t>(a)] = step < 0 ? -step : step;
+  }
+  auto ew = [&](Tensor* a, Tensor* b, E op) { return net.add_elementwise(a, b, op)->get_output(0); };
+  auto vec = [&](const std::vector<std::int64_t>& v) { return im.constant_i64(v); };
+  Tensor* dims = shape_of(c, x);
+  Tensor* zero = vec(std::vector<std::int64_t>(static_cast<std::size_t>(r), 0));
+  // Per axis: start (default 0) and end (default past the end), negatives counted from the end.
+  auto per_axis = [&](Tensor* given, std::int64_t fallback) {
+    Tensor* all = net.add_concatenation({given, im.constant_i64({fallback})})->get_output(0);
+    Tensor* v = net.add_gather(all, vec(pick), 0)->get_output(0);
+    // v + d where v < 0, in integer arithmetic only (the builder computes shape tensors of
+    // int32/int64, not bool): the indicator is min(max(-v, 0), 1).
+    Tensor* negative_v = ew(ew(ew(zero, v, E::kSUB), zero, E::kMAX), vec(std::vector<std::int64_t>(static_cast<std::size_t>(r), 1)), E::kMIN);
+    return ew(v, ew(negative_v, dims, E::kPROD), E::kSUM);
+  };
+  Tensor* neg = vec(negative);
+  Tensor* upper = ew(dims, neg, E::kSUB);  // d, or d - 1 for a negative step
+  Tensor* s = ew(ew(per_axis(starts, 0), upper, E::kMIN), zero, E::kMAX);
+  Tensor* e = ew(ew(per_axis(ends, INT64_MAX), upper, E::kMIN), im.elementwise(zero, neg, E::kSUB), E::kMAX);
+  // size = max(0, ceil((e - s) * sign / |step|))
+  std::vector<std::int64_t> sign(static_cast<std::size_t>(r));
+  for (int a = 0; a < r; ++a) sign[static_cast<std::size_t>(a)] = negative[static_cast<std::size_t>(a)] ? -1 : 1;
+  Tensor* span = ew(ew(e, s, E::kSUB), vec(sign), E::kPROD);
+  std::vector<std::int64_t> bias(magnitude);
+  for (auto& b : bias) b -= 1;
+  Tensor* size = ew(ew(ew(span, vec(bias), E::kSUM), vec(magnitude), E::kFLOOR_DIV), zero, E::kMAX);
+  std::vector<std::int64_t> ones(static_cast<std::size_t>(r), 1);
+  auto* l = net.add_slice(x, dims_of(std::vector<std::int64_t>(static_cast<std::size_t>(r), 0)), dims_of(ones), dims_of(stride));
+  net.set_layer_input(l, kSliceStart, s);
+  net.set_layer_input(l, kSliceSize, size);
+  c.output(0, l->get_output(0));
+}
+
 void slice(NodeContext& c) {
   auto& im = c.im();
   Tensor* x = c.input(0);
@@ -394,10 +492,15 @@ void slice(NodeContext& c) {
     ends = c.attr_ints("ends");
     axes = c.attr_ints("axes");
   } else {
-    starts = c.input_ints(1, "starts");
-    ends = c.input_ints(2, "ends");
     if (c.has_input(3)) axes = c.input_ints(3, "axes");
     if (c.has_input(4)) steps = c.input_ints(4, "steps");
+    auto s = c.input_value(1), e = c.input_value(2);
+    bool dims_known = true;
+    for (std::size_t i = 0; i < (axes.empty() ? static_cast<std::size_t>(r) : axes.size()); ++i)
+      dims_known = dims_known && d[axes.empty() ? static_cast<int>(i) : c.axis(axes[i], r)] >= 0;
+    if (!s || !e || !dims_known) return slice_at_run_time(c, x, axes, steps);
+    starts = s->ints();
+    ends = e->ints();
   }
   if (axes.empty())
     for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
@@ -518,7 +621,42 @@ void tile(NodeContext& c) {
   c.output(0, s->get_output(0));
 }
 
+// The most elements a Range of run-time bounds may have: it slices a constant 0, 1, 2, ... of
+// this length (tensoracle has no fill layer yet).
+constexpr std::int64_t kMaxRunTimeRange = 1 << 16;
+
+// Range whose start or limit is known only at run time (a sequence length): integers, a known
+// delta; the count is computed on shape tensors and slices a constant iota.
+void range_at_run_time(NodeContext& c) {
+  auto& im = c.im();
+  auto& net = c.net();
+  const auto delta = c.known_input(2, "delta").ints().at(0);
+  Tensor* start = c.input(0);
+  Tensor* limit = c.input(1);
+  const DataType t = start->type();
+  if (t != DataType::kINT64 && t != DataType::kINT32)
+    fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "Range of run-time bounds of type " + std::string(type_name(t)) +
+                                                       " (integers only)");
+  if (delta == 0) fail(OnnxErrorCode::kINVALID_NODE, "delta is 0");
+  im.require_shape_computable(start, "the start");
+  im.require_shape_computable(limit, "the limit");
+  auto as_vector = [&](Tensor* v) { return im.reshape(im.cast(v, DataType::kINT64), Dims{1}); };
+  Tensor* s = as_vector(start);
+  Tensor* l = as_vector(limit);
+  auto ew = [&](Tensor* a, Tensor* b, E op) { return net.add_elementwise(a, b, op)->get_output(0); };
+  // count = max(0, ceil((limit - start) / delta))
+  Tensor* span = ew(ew(l, s, E::kSUB), im.constant_i64({delta > 0 ? delta - 1 : delta + 1}), E::kSUM);
+  Tensor* count = ew(ew(span, im.constant_i64({delta}), E::kFLOOR_DIV), im.constant_i64({0}), E::kMAX);
+  std::vector<std::int64_t> iota(static_cast<std::size_t>(kMaxRunTimeRange));
+  std::iota(iota.begin(), iota.end(), 0);
+  auto* sl = net.add_slice(im.constant_i64(iota), Dims{0}, Dims{1}, Dims{1});
+  net.set_layer_input(sl, kSliceSize, count);
+  Tensor* y = ew(ew(sl->get_output(0), im.constant_i64({delta}), E::kPROD), s, E::kSUM);
+  c.output(0, im.cast(y, t));
+}
+
 void range(NodeContext& c) {
+  if (!c.input_value(0) || !c.input_value(1)) return range_at_run_time(c);
   auto start = c.known_input(0, "start"), limit = c.known_input(1, "limit"), delta = c.known_input(2, "delta");
   const DataType t = start.weights.type();
   const double s = start.floats().at(0), l = limit.floats().at(0), dl = delta.floats().at(0);

@@ -364,6 +364,9 @@ std::vector<std::int64_t> evaluate_shape_node(const graph::Graph& g, const graph
     if (inputs[i].type == DataType::kINT32) {
       auto* p = reinterpret_cast<std::int32_t*>(storage[i].data());
       for (std::size_t k = 0; k < v.size(); ++k) p[k] = static_cast<std::int32_t>(v[k]);
+    } else if (inputs[i].type == DataType::kBOOL) {
+      auto* p = reinterpret_cast<std::uint8_t*>(storage[i].data());
+      for (std::size_t k = 0; k < v.size(); ++k) p[k] = v[k] != 0;
     } else {
       std::copy(v.begin(), v.end(), storage[i].begin());
     }
@@ -373,10 +376,11 @@ std::vector<std::int64_t> evaluate_shape_node(const graph::Graph& g, const graph
   std::vector<std::int64_t> result(std::max<std::size_t>(count, 1));
   Buffer out{result.data(), out_desc.type, out_desc.dims};
   run_on_host(g, n, in, out);
-  if (out_desc.type == DataType::kINT32) {
+  if (out_desc.type == DataType::kINT32 || out_desc.type == DataType::kBOOL) {
     std::vector<std::int64_t> wide(count);
-    const auto* p = reinterpret_cast<const std::int32_t*>(result.data());
-    for (std::size_t k = 0; k < count; ++k) wide[k] = p[k];
+    const auto* p32 = reinterpret_cast<const std::int32_t*>(result.data());
+    const auto* p8 = reinterpret_cast<const std::uint8_t*>(result.data());
+    for (std::size_t k = 0; k < count; ++k) wide[k] = out_desc.type == DataType::kBOOL ? p8[k] != 0 : p32[k];
     return wide;
   }
   result.resize(count);
