@@ -202,6 +202,17 @@ int run(const Options& o) {
 
 }  // namespace
 
+int bench_engine(const BenchRequest& r) {
+  Options o;
+  o.path = r.path;
+  o.iterations = r.iterations;
+  o.warmup = r.warmup;
+  o.warmup_ms = r.warmup_ms;
+  o.duration_s = r.duration_s;
+  o.per_layer = r.per_layer;
+  return run(o);
+}
+
 Command add_bench(CLI::App& app) {
   auto* sub = app.add_subcommand("bench", "Time an engine on this machine: latency (median, p90, p99, mean), throughput "
                                           "and memory; --per-layer times each fused node");

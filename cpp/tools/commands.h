@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace tensoracle::tools {
 
@@ -21,6 +22,20 @@ Command add_convert(CLI::App& app);
 Command add_bench(CLI::App& app);
 
 Command add_run(CLI::App& app);
+
+// `tensoracle build MODEL.onnx [trtexec's flags]`: import, build, save, time.
+Command add_build(CLI::App& app);
+
+// What `build` asks `bench` to time (bench.cpp): an engine file, timed as `tensoracle bench`.
+struct BenchRequest {
+  std::string path;
+  int iterations = 100;
+  int warmup = 10;
+  double warmup_ms = 0;
+  double duration_s = 0;
+  bool per_layer = false;
+};
+int bench_engine(const BenchRequest& request);
 
 // `tensoracle compare CANDIDATE REFERENCE [--atol A --rtol R] [--json] [--plot FILE.svg]`
 Command add_compare(CLI::App& app);

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   add(tensoracle::tools::add_compare);
   add(tensoracle::tools::add_bench);
   add(tensoracle::tools::add_run);
+  add(tensoracle::tools::add_build);
   add(tensoracle::tools::add_cubin);
   try {
     app.parse(argc, argv);

@@ -53,7 +53,7 @@ std::string describe(FileKind kind) {
     case FileKind::kTorchLegacy: return "a pickle (a legacy torch checkpoint?)";
     case FileKind::kNpy: return "a NumPy array (.npy)";
     case FileKind::kNpz: return "a NumPy archive (.npz)";
-    case FileKind::kOnnx: return "an ONNX model (tensoracle does not read ONNX yet)";
+    case FileKind::kOnnx: return "an ONNX model (build an engine from it with `tensoracle build MODEL.onnx`)";
     case FileKind::kText: return "a text file";
     case FileKind::kOther: return "not a file format tensoracle knows";
   }

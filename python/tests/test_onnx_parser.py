@@ -204,3 +204,48 @@ def test_hostile_models_get_errors(tmp_path):
         assert not ok, name
         assert p.num_errors >= 1 and net.num_layers == 0, name
         assert str(p.get_error(0)).startswith("[onnx] "), name
+
+
+def _cli(cli, *args, cwd):
+    import subprocess
+
+    return subprocess.run([cli, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_build_imports_saves_and_times(cli, tmp_path):
+    k = numpy_helper.from_array(np.random.default_rng(4).standard_normal((2, 3, 3, 3)).astype(np.float32), "k")
+    m = model([n("Conv", ["x", "k"], ["c"], pads=[1, 1, 1, 1]), n("Relu", ["c"], ["y"])], [vi("x", ["n", 3, 8, 8])],
+              [vi("y", ["n", 2, 8, 8])], [k])
+    onnx.save(m, str(tmp_path / "conv.onnx"))
+    r = _cli(cli, "build", "--onnx=conv.onnx", "--minShapes=x:1x3x8x8", "--optShapes=x:2x3x8x8", "--maxShapes=x:4x3x8x8",
+             "--saveEngine=conv.engine", "--device=cpu", "--iterations=3", "--warmUp=0", "--duration=0", "--dumpProfile",
+             "--memPoolSize=workspace:64", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for line in ("parsing conv.onnx", "parsed: ", "building for cpu", "saved conv.engine", "latency:", "per layer"):
+        assert line in r.stdout, (line, r.stdout)
+    engine = tensoracle.load_engine(str(tmp_path / "conv.engine"))
+    x = np.random.default_rng(5).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(engine.create_execution().run({"x": x})["y"], ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--fp16"], "weak typing"),
+    ([], "inputs with dynamic dims need shapes: 'x (-1, 3, 8, 8)'"),
+    (["--shapes=y:1x3x8x8"], "'y', which is not an input"),
+    (["--minShapes=x:1x3x8x8"], "give all of --minShapes, --optShapes and --maxShapes"),
+    (["--shapes=x:1x3x8x8", "--memPoolSize=dla:5"], "only the workspace pool"),
+])
+def test_cli_build_refuses_bad_flags_with_exit_2(cli, tmp_path, args, message):
+    k = numpy_helper.from_array(np.ones((2, 3, 3, 3), np.float32), "k")
+    onnx.save(model([n("Conv", ["x", "k"], ["y"])], [vi("x", ["n", 3, 8, 8])], [vi("y", ["n", 2, 6, 6])], [k]),
+              str(tmp_path / "conv.onnx"))
+    r = _cli(cli, "build", "conv.onnx", "--device=cpu", *args, cwd=tmp_path)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_cli_build_prints_the_parsers_errors(cli, tmp_path):
+    onnx.save(model([n("NonZero", ["x"], ["y"], name="nz")], [vi("x", [3])], [vi("y", [1, None], TensorProto.INT64)]),
+              str(tmp_path / "bad.onnx"))
+    r = _cli(cli, "build", "bad.onnx", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "node 0 'nz' (NonZero, opset 17): UNSUPPORTED_NODE" in r.stderr and "could not be imported" in r.stderr
