@@ -6,6 +6,7 @@ pads, reductions, quantization, a few failing models.
 
     python3 cpp/fuzz/make_onnx_seeds.py /tmp/onnx-seeds
 """
+import base64
 import os
 import sys
 
@@ -66,12 +67,24 @@ def seeds():
     yield "old_opset", model([n("Unsqueeze", ["x"], ["y"], axes=[0]), ], [vi("x", [3])], [vi("y", [1, 3])], opset=11)
 
 
+# Inputs fuzz_onnx once stopped on (kept as seeds so that the regressions stay covered): a node
+# without an op_type, a Pad whose pads overflow int64, an out-of-range opset at a node without one.
+REGRESSIONS = [
+    "CA46vQEKMwooeAoBdwoBYhIBeSIER2VtbSoPCgVhbHBoYRUAAAA/oAEBKg4KBGJldGEVAAAAQKABARIEc2VlZCo7CAMIBBABQgF3SjAAAAAAAACAPwAAAEAAAEBAAACAQAAAoEAAAMBAAADgQAAAAEEAABBBAAAgQQAAMEEqGQgEEAEiEAAAgD8AAABAAABAQAAAgEBCAWJaEwoBeBIOCgwIARIICgIIAgoCCANiEwoBeRIOCgwIARIICgIIAgoCCARCBAoAEBE=",
+    "CA461AEKFQoBeAoCc3QKAmVuEgFzIgVTbGljZQolCgFzCgRwYWRzEgF5IgNQYWQqEgoEZG1vZSIHcmVmbGVjdKABAxIEc2VlZCoaCAIQB0ICc3RKEAEAAAAAAAAAAAAAAAAAAAAqGggCEAdCAmVuShD//////////+gDAAAAAAAAKiwIBBAHQgRwYWRzSiAAAAAAAAAAAAEAEg0uLi9lc2NhcGUuYmluagsKBm9mZloTCgF4Eg4KDAgBEggKAggECgIIBWITCgF5Eg4KDAgBEggKAggCCgIICEIECgAQEQ==",
+    "CA46jgEKCQoBeAoBdxIBbSIGTWF0TXVsCgwKAW0SAXkiBFJlbHUSBHNlZWQqOwgDCAQQAUIBd0owADYAAAAAgD8AAABAAD1AQAAAgEAAAKBAAADAQAAA4EAAAABBAAAQQQAAIEEAADBBWhMKAXgSDgoMCAESCAoCCAIKAggDYhMKAYESDgoMCAESCAoCCAIKAggEQgQKABAA",
+]
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     for name, data in seeds():
         with open(os.path.join(out, name + ".onnx"), "wb") as f:
             f.write(data)
+    for i, text in enumerate(REGRESSIONS):
+        with open(os.path.join(out, f"regression_{i}.onnx"), "wb") as f:
+            f.write(base64.b64decode(text))
 
 
 if __name__ == "__main__":

@@ -272,7 +272,7 @@ bool OnnxParser::parse(std::span<const std::byte> bytes, const std::filesystem::
   if (opset < 0) opset = 1;
   // An opset outside the range is reported at the first node (the operator read under it).
   auto at_first_node = [&](bool) {
-    if (model->graph().node_size() == 0) return false;
+    if (model->graph().node_size() == 0 || model->graph().node(0).op_type().empty()) return false;
     const auto& node = model->graph().node(0);
     auto& e = errors_.back();
     e.node = 0;
