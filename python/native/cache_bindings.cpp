@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "tensoracle/cache.h"
 #include "tensoracle/errors.h"
+#include "tensoracle/onnx_parser.h"
 
 namespace nb = nanobind;
 namespace fs = std::filesystem;
@@ -96,15 +97,26 @@ void bind_cache(nb::module_& m) {
 
   m.def(
       "open_engine",
-      [options](nb::callable graph, const EngineBuild& declaration, std::string name, std::string graph_version,
+      [options](nb::object graph, const EngineBuild& declaration, std::string name, std::string graph_version,
                 std::vector<fs::path> weights, EngineIO io, std::vector<fs::path> plugins, bool force_rebuild,
                 std::optional<std::string> device, std::optional<fs::path> cache_dir) {
         OpenOptions o = options(std::move(name), std::move(graph_version), std::move(weights), std::move(io),
                                 std::move(plugins), force_rebuild, std::move(device), std::move(cache_dir));
+        // An ONNX file as the graph: the model and its external data files join the weights.
+        if (nb::isinstance<nb::str>(graph) || nb::hasattr(graph, "__fspath__")) {
+          const fs::path model = nb::cast<fs::path>(graph);
+          nb::gil_scoped_release release;
+          auto files = onnx_model_files(model);
+          o.weights.insert(o.weights.end(), files.begin(), files.end());
+          return open_engine(onnx_graph(model), declaration, o);
+        }
+        if (!PyCallable_Check(graph.ptr()))
+          throw InvalidArgument("[open_engine] graph must be a graph function (network) -> None or an ONNX file's path");
+        const nb::callable graph_fn = nb::borrow<nb::callable>(graph);
         // Hashing, waiting for another builder's lock and reading run without the GIL (other
         // Python threads may be opening engines too); the graph function takes it back. It may
         // keep the network, its layers and tensors: they stay valid.
-        const nb::callable* fn = &graph;
+        const nb::callable* fn = &graph_fn;
         auto call = [fn](Network& net) {
           nb::gil_scoped_acquire acquire;
           (*fn)(network_for_graph(net));
@@ -115,7 +127,11 @@ void bind_cache(nb::module_& m) {
       nb::arg("graph"), nb::arg("declaration"), nb::kw_only(), nb::arg("name"), nb::arg("graph_version"),
       nb::arg("weights"), nb::arg("io"), nb::arg("plugins") = std::vector<fs::path>{},
       nb::arg("force_rebuild") = false, nb::arg("device") = nb::none(), nb::arg("cache_dir") = nb::none(),
-      "Opens the saved engine for this identity, or calls graph(network) once, builds, saves and opens it");
+      "Opens the saved engine for this identity, or calls graph(network) once, builds, saves and opens it; `graph` may "
+      "be an ONNX file's path instead (the model and its external data files then count as weights)");
+
+  m.def("onnx_model_files", &onnx_model_files, nb::arg("model"),
+        "The files an ONNX model's engine depends on: the model and the external data files it names");
 
   m.def(
       "engine_identity",

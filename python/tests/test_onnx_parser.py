@@ -249,3 +249,25 @@ def test_cli_build_prints_the_parsers_errors(cli, tmp_path):
     r = _cli(cli, "build", "bad.onnx", cwd=tmp_path)
     assert r.returncode == 2
     assert "node 0 'nz' (NonZero, opset 17): UNSUPPORTED_NODE" in r.stderr and "could not be imported" in r.stderr
+
+
+def test_open_engine_takes_an_onnx_file_and_its_external_data_count(tmp_path):
+    path, values = _external_model(tmp_path, "weights.bin", offset=8)
+    assert [p.name for p in tensoracle.onnx_model_files(str(path))] == ["model.onnx", "weights.bin"]
+    build = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((6,))}, tensoracle.BuilderSettings(device="cpu"))
+    io = tensoracle.EngineIO({"x": tensoracle.TensorSpec(trt.float32, (6,))}, {"y": tensoracle.TensorSpec(trt.float32, (6,))})
+    args = dict(name="adder", graph_version="1", weights=[], io=io, cache_dir=str(tmp_path / "cache"))
+    first = tensoracle.open_engine(path, build, **args)
+    again = tensoracle.open_engine(str(path), build, **args)
+    assert first.built and not again.built and first.identity == again.identity
+    x = np.ones(6, np.float32)
+    np.testing.assert_array_equal(again.create_execution().run({"x": x})["y"], x + values)
+    # new weights in the external file: a new identity, a new build
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 8 + (2 * values).tobytes())
+    changed = tensoracle.open_engine(path, build, **args)
+    assert changed.built and changed.identity != first.identity
+    np.testing.assert_array_equal(changed.create_execution().run({"x": x})["y"], x + 2 * values)
+    bad = tmp_path / "bad.onnx"
+    onnx.save(model([n("NonZero", ["x"], ["y"])], [vi("x", [6])], [vi("y", [1, None], TensorProto.INT64)]), str(bad))
+    with pytest.raises(tensoracle.InvalidArgument, match="NonZero"):
+        tensoracle.open_engine(bad, build, **args)

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -102,5 +103,21 @@ class OnnxParser {
   Network& network_;
   std::vector<OnnxParserError> errors_;
 };
+
+// An ONNX file as the graph of open_engine (cache.h) or build_serialized_engine (builder.h):
+//
+//   tensoracle::OpenOptions options;
+//   options.name = "classifier";
+//   options.graph_version = "1";
+//   options.weights = tensoracle::onnx_model_files("model.onnx");  // the model and its data files
+//   auto handle = tensoracle::open_engine(tensoracle::onnx_graph("model.onnx"), declaration, options);
+//
+// onnx_graph's function parses the model into the builder's network, or throws InvalidArgument
+// with every parser error. onnx_model_files lists the files the engine depends on, so that their
+// contents are in the cache identity: the model, then each external data file it names (checked
+// as the parser checks them: in the model's folder). Throws IoError, FormatError (not a model),
+// InvalidArgument (a location outside the folder).
+std::function<void(Network&)> onnx_graph(std::filesystem::path model);
+std::vector<std::filesystem::path> onnx_model_files(const std::filesystem::path& model);
 
 }  // namespace tensoracle

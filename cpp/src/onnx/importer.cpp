@@ -118,6 +118,35 @@ struct ExternalData {
   std::shared_ptr<core::MappedFile> file;
 };
 
+}  // namespace
+
+std::filesystem::path external_data_path(const pb::TensorProto& t, const std::string& folder) {
+  std::string location;
+  for (const auto& kv : t.external_data())
+    if (kv.key() == "location") location = kv.value();
+  if (location.empty())
+    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "': external data without a location");
+  if (folder.empty())
+    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "' keeps its data in the external file '" + location +
+                                            "': parse the model from its file (parse_from_file, or parse with the "
+                                            "model's path) so that the file can be found beside it");
+  namespace fs = std::filesystem;
+  const fs::path rel(location);
+  if (rel.is_absolute() || location.find('\0') != std::string::npos)
+    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "': external data location '" + location +
+                                            "' is absolute; it must name a file in the model's folder");
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(fs::path(folder), ec);
+  const fs::path full = fs::weakly_canonical(fs::path(folder) / rel, ec);
+  auto [b, f] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
+  if (ec || b != base.end() || f == full.end())
+    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "': external data location '" + location +
+                                            "' leaves the model's folder " + folder);
+  return full;
+}
+
+namespace {
+
 // The bytes of an external-data tensor: `location` relative to `folder`, never leaving it.
 std::span<const std::byte> external_bytes(const pb::TensorProto& t, const std::string& folder, std::size_t want,
                                           std::shared_ptr<const void>& keep) {
@@ -137,24 +166,7 @@ std::span<const std::byte> external_bytes(const pb::TensorProto& t, const std::s
     else if (kv.key() == "offset") offset = number(kv.value());
     else if (kv.key() == "length") { length = number(kv.value()); has_length = true; }
   }
-  if (location.empty())
-    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "': external data without a location");
-  if (folder.empty())
-    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "' keeps its data in the external file '" + location +
-                                            "': parse the model from its file (parse_from_file, or parse with the "
-                                            "model's path) so that the file can be found beside it");
-  namespace fs = std::filesystem;
-  const fs::path rel(location);
-  if (rel.is_absolute() || location.find('\0') != std::string::npos)
-    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "': external data location '" + location +
-                                            "' is absolute; it must name a file in the model's folder");
-  std::error_code ec;
-  const fs::path base = fs::weakly_canonical(fs::path(folder), ec);
-  const fs::path full = fs::weakly_canonical(fs::path(folder) / rel, ec);
-  auto [b, f] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
-  if (ec || b != base.end() || f == full.end())
-    fail(OnnxErrorCode::kINVALID_VALUE, "tensor '" + t.name() + "': external data location '" + location +
-                                            "' leaves the model's folder " + folder);
+  const auto full = external_data_path(t, folder);
   std::shared_ptr<core::MappedFile> mapped;
   try {
     mapped = std::make_shared<core::MappedFile>(full, false, "[onnx]");

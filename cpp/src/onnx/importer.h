@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -170,6 +171,9 @@ class NodeContext {
 // The weights of an initializer or a Constant's tensor attribute. `folder` resolves external
 // data (empty: refused). Throws NodeError (kINVALID_VALUE, kUNSUPPORTED_NODE_DATATYPE).
 Known read_tensor(const pb::TensorProto& t, const std::shared_ptr<const void>& owner, const std::string& folder);
+
+// The file an external-data tensor's `location` names in `folder` (resolved; never outside it).
+std::filesystem::path external_data_path(const pb::TensorProto& t, const std::string& folder);
 
 using Converter = std::function<void(NodeContext&)>;
 // The converter of `op_type` (default domain), or null.

@@ -326,6 +326,37 @@ bool OnnxParser::parse_from_file(const std::filesystem::path& path) {
   }
 }
 
+std::function<void(Network&)> onnx_graph(std::filesystem::path model) {
+  return [model = std::move(model)](Network& net) {
+    OnnxParser parser(net);
+    if (parser.parse_from_file(model)) return;
+    std::string all;
+    for (int i = 0; i < parser.num_errors(); ++i) all += (i ? "; " : "") + parser.get_error(i).str();
+    throw InvalidArgument("[onnx] " + model.string() + " could not be imported: " + all);
+  };
+}
+
+std::vector<std::filesystem::path> onnx_model_files(const std::filesystem::path& model) {
+  core::MappedFile file(model, false, "[onnx]");
+  const auto bytes = file.bytes();
+  auto proto = std::make_shared<onnx::pb::ModelProto>();
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX) || !proto->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw FormatError("[onnx] " + model.string() + ": not an ONNX model (protobuf could not parse a ModelProto from it)");
+  std::vector<std::filesystem::path> files{model};
+  const std::string folder = model.has_parent_path() ? model.parent_path().string() : ".";
+  std::set<std::string> seen;
+  for (const auto& t : proto->graph().initializer()) {
+    if (t.data_location() != onnx::pb::TensorProto::EXTERNAL) continue;
+    try {
+      auto path = onnx::external_data_path(t, folder);
+      if (seen.insert(path.string()).second) files.push_back(path);
+    } catch (const onnx::NodeError& e) {
+      throw InvalidArgument("[onnx] " + model.string() + ": " + e.what());
+    }
+  }
+  return files;
+}
+
 bool OnnxParser::supports_operator(std::string_view op_type) noexcept { return onnx::find_converter(op_type) != nullptr; }
 
 std::vector<std::string> OnnxParser::supported_operators() { return onnx::converter_names(); }

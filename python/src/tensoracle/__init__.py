@@ -51,6 +51,7 @@ from tensoracle._native import (  # noqa: E402
     IOTensorInfo,
     LayerInfo,
     OnnxParser,
+    onnx_model_files,
     OutputComparison,
     PluginCreatorInfo,
     PluginFieldType,
