@@ -1,5 +1,6 @@
 // ONNX's neural-network operators (convolutions, pooling, normalizations, quantization) as
 // tensoracle layers.
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -100,6 +101,9 @@ void conv_transpose(NodeContext& c) {
   auto out_pad = c.attr_ints("output_padding", std::vector<std::int64_t>(static_cast<std::size_t>(n), 0));
   auto out_shape = c.attr_ints("output_shape");
   if (static_cast<int>(out_pad.size()) != n) fail(OnnxErrorCode::kINVALID_NODE, "output_padding does not match the spatial dims");
+  for (auto v : out_pad)
+    if (v < 0 || v > (1 << 30)) fail(OnnxErrorCode::kINVALID_NODE, "output_padding " + std::to_string(v) + " is outside [0, 2^30]");
+  if (groups < 1 || groups > (1 << 30)) fail(OnnxErrorCode::kINVALID_NODE, "group " + std::to_string(groups));
   // Resolve SAME and output_shape into explicit pads (needs the spatial dims).
   const bool same = win.mode != PaddingMode::kEXPLICIT_ROUND_DOWN;
   if (same || !out_shape.empty()) {
@@ -118,7 +122,7 @@ void conv_transpose(NodeContext& c) {
         // The output is larger than the full result: pads become output padding.
         win.pre[static_cast<std::size_t>(i)] = 0;
         win.post[static_cast<std::size_t>(i)] = 0;
-        out_pad[static_cast<std::size_t>(i)] -= total;
+        out_pad[static_cast<std::size_t>(i)] = checked_add(out_pad[static_cast<std::size_t>(i)], checked_mul(total, -1, "the output padding"), "the output padding");
         continue;
       }
       const bool upper = win.mode == PaddingMode::kSAME_UPPER || (!same && c.attr_string("auto_pad", "NOTSET") == "SAME_UPPER");
@@ -133,7 +137,7 @@ void conv_transpose(NodeContext& c) {
     auto& post = win.post[static_cast<std::size_t>(i)];
     const auto op = out_pad[static_cast<std::size_t>(i)];
     if (post >= op) post -= op;
-    else { extra[static_cast<std::size_t>(i)] = op - post; post = 0; }
+    else { extra[static_cast<std::size_t>(i)] = checked_add(op, checked_mul(post, -1, "a pad"), "the output padding"); post = 0; }
   }
   const bool append = std::any_of(extra.begin(), extra.end(), [](auto v) { return v > 0; });
   Weights bias;
@@ -142,7 +146,9 @@ void conv_transpose(NodeContext& c) {
     bias = known_weights(c, 2, "bias");
     if (append) { bias_tensor = c.input(2); bias = Weights(); }
   }
-  auto* l = c.net().add_deconvolution_nd(x, static_cast<std::int32_t>(wd[1] * groups), dims_of(win.kernel), w, bias);
+  const auto maps = checked_mul(wd[1], groups, "the output channels");
+  if (maps > INT32_MAX) fail(OnnxErrorCode::kINVALID_NODE, "the output channels do not fit int32");
+  auto* l = c.net().add_deconvolution_nd(x, static_cast<std::int32_t>(maps), dims_of(win.kernel), w, bias);
   auto p = l->get();
   apply(p, win);
   p.num_groups = static_cast<std::int32_t>(groups);
@@ -151,7 +157,8 @@ void conv_transpose(NodeContext& c) {
   if (append) {
     const int r = y->dims().rank();
     std::vector<std::int64_t> st(static_cast<std::size_t>(r), 0), one(static_cast<std::size_t>(r), 1), sz(y->dims().begin(), y->dims().end());
-    for (int i = 0; i < n; ++i) sz[static_cast<std::size_t>(2 + i)] += extra[static_cast<std::size_t>(i)];
+    for (int i = 0; i < n; ++i)
+      sz[static_cast<std::size_t>(2 + i)] = checked_add(sz[static_cast<std::size_t>(2 + i)], extra[static_cast<std::size_t>(i)], "the output size");
     if (!dims_of(sz).all_known()) fail(OnnxErrorCode::kUNSUPPORTED_NODE_DYNAMIC, "output_padding with unknown dims");
     auto* s = c.net().add_slice(y, dims_of(st), dims_of(sz), dims_of(one));
     s->set(SliceParams{s->get().start, s->get().size, s->get().stride, SampleMode::kFILL, 0});
@@ -188,8 +195,9 @@ Converter pool(PoolingType type) {
           const auto extent = checked_add(checked_add(in, pre, "the padded size"), post - span, "the padded size");
           if (extent < 0) continue;
           std::int64_t out = extent / s + (extent % s != 0) + 1;
-          if (checked_mul(out - 1, s, "the output size") >= in + pre) --out;
-          const auto need = checked_add(checked_mul(out - 1, s, "the output size"), span - in - pre, "the padding");
+          const auto start_limit = checked_add(in, pre, "the padded size");
+          if (checked_mul(out - 1, s, "the output size") >= start_limit) --out;
+          const auto need = checked_add(checked_mul(out - 1, s, "the output size"), span - start_limit, "the padding");
           if (need > post) win.post[static_cast<std::size_t>(i)] = need;
         }
       }

@@ -706,7 +706,7 @@ Tensor* pad_slice(NodeContext& c, Tensor* x, const std::vector<std::int64_t>& pr
   std::vector<std::int64_t> st(static_cast<std::size_t>(r)), sz(static_cast<std::size_t>(r)), one(static_cast<std::size_t>(r), 1);
   bool known = true;
   for (int i = 0; i < r; ++i) {
-    st[static_cast<std::size_t>(i)] = -pre[static_cast<std::size_t>(i)];
+    st[static_cast<std::size_t>(i)] = checked_mul(pre[static_cast<std::size_t>(i)], -1, "a pad");
     if (d[i] < 0) { known = false; continue; }
     sz[static_cast<std::size_t>(i)] = checked_add(checked_add(d[i], pre[static_cast<std::size_t>(i)], "the padded size"),
                                                   post[static_cast<std::size_t>(i)], "the padded size");

@@ -72,7 +72,7 @@ void import_model(Network& net, const std::shared_ptr<const onnx::pb::ModelProto
       Failure f{make_error(code, what)};
       for (int index = 0; index < g.node_size() && f.error.node < 0; ++index)
         for (const auto& name : g.node(index).input())
-          if (name == in.name()) {
+          if (name == in.name() && !g.node(index).op_type().empty()) {
             f.error.node = index;
             f.error.node_name = g.node(index).name();
             f.error.node_operator = g.node(index).op_type();
@@ -99,6 +99,9 @@ void import_model(Network& net, const std::shared_ptr<const onnx::pb::ModelProto
     for (const auto& dim : tt.shape().dim()) {
       if (dim.has_dim_value() && dim.dim_value() < 0)
         graph_error(OnnxErrorCode::kINVALID_GRAPH, what + " has a negative dimension " + std::to_string(dim.dim_value()));
+      if (dim.has_dim_value() && dim.dim_value() > (std::int64_t{1} << 40))
+        graph_error(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, what + " has a dimension of " + std::to_string(dim.dim_value()) +
+                                                                ", above 2^40");
       d.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
     }
     try {
