@@ -271,3 +271,22 @@ def test_open_engine_takes_an_onnx_file_and_its_external_data_count(tmp_path):
     onnx.save(model([n("NonZero", ["x"], ["y"])], [vi("x", [6])], [vi("y", [1, None], TensorProto.INT64)]), str(bad))
     with pytest.raises(tensoracle.InvalidArgument, match="NonZero"):
         tensoracle.open_engine(bad, build, **args)
+
+
+@pytest.mark.parametrize("half_first", [False, True])
+def test_gelu_written_out_becomes_one_activation(half_first):
+    # x * 0.5 * (1 + erf(x / sqrt(2))), as exporters write it: the builder's fuse_gelu pass makes
+    # it one GELU (erf) activation.
+    c = {name: numpy_helper.from_array(np.array(v, np.float32), name)
+         for name, v in (("root2", np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))}
+    tail = ([n("Mul", ["a", "half"], ["h"]), n("Mul", ["x", "h"], ["y"])] if half_first
+            else [n("Mul", ["x", "a"], ["h"]), n("Mul", ["h", "half"], ["y"])])
+    m = model([n("Div", ["x", "root2"], ["d"]), n("Erf", ["d"], ["e"]), n("Add", ["e", "one"], ["a"]), *tail],
+              [vi("x", [4, 8])], [vi("y", [4, 8])], c.values())
+    ok, net, p = parse(m)
+    assert ok
+    build = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((4, 8))}, tensoracle.BuilderSettings(device="cpu"))
+    engine = tensoracle.deserialize_engine(tensoracle._native.build_serialized_network(net, build))
+    assert [layer.type for layer in engine.layers()] == ["activation"]
+    x = np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_allclose(engine.create_execution().run({"x": x})["y"], ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-6)

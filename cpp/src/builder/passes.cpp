@@ -247,6 +247,72 @@ bool is_float_desc(const graph::TensorDesc& d) {
 
 }  // namespace
 
+PassLog fuse_gelu(Graph& g) {
+  PassLog log{"fuse_gelu", {}};
+  const auto readers = g.consumers();
+  std::vector<bool> removed(g.nodes.size(), false);
+  auto near = [](std::optional<double> v, double want) { return v && std::fabs(*v - want) <= 1e-3 * std::fabs(want); };
+  // The other operand of a binary elementwise node `n` of operation `op` whose one input is `v`.
+  auto other = [&](const Node& n, ElementWiseOperation op, int v) -> int {
+    const auto* ew = std::get_if<ElementWiseParams>(&n.params);
+    if (!ew || ew->op != op || n.inputs.size() != 2) return -1;
+    if (n.inputs[0] == v) return n.inputs[1];
+    if (n.inputs[1] == v) return n.inputs[0];
+    return -1;
+  };
+  // The single reader of value v (a node without epilogue), or null.
+  auto sole_reader = [&](int v) -> Node* {
+    const auto& r = readers[static_cast<std::size_t>(v)];
+    if (r.size() != 1 || g.values[static_cast<std::size_t>(v)].is_output) return nullptr;
+    Node& n = g.nodes[static_cast<std::size_t>(r[0])];
+    return n.epilogue.empty() && n.extra_outputs.empty() && !n.quantized() ? &n : nullptr;
+  };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& erf = g.nodes[i];
+    const auto* u = std::get_if<UnaryParams>(&erf.params);
+    if (removed[i] || !u || u->op != UnaryOperation::kERF || !erf.epilogue.empty()) continue;
+    // d = x / sqrt(2) or x * (1 / sqrt(2))
+    Node* scale = sole_producer(g, readers, erf.inputs[0]);
+    if (!scale) continue;
+    const auto* sew = std::get_if<ElementWiseParams>(&scale->params);
+    if (!sew || scale->inputs.size() != 2) continue;
+    int x = -1;
+    if (sew->op == ElementWiseOperation::kDIV && near(scalar_constant(g, scale->inputs[1]), std::sqrt(2.0))) x = scale->inputs[0];
+    if (sew->op == ElementWiseOperation::kPROD) {
+      if (near(scalar_constant(g, scale->inputs[1]), std::sqrt(0.5))) x = scale->inputs[0];
+      else if (near(scalar_constant(g, scale->inputs[0]), std::sqrt(0.5))) x = scale->inputs[1];
+    }
+    if (x < 0 || !is_float_desc(g.values[static_cast<std::size_t>(x)].desc)) continue;
+    // a = erf + 1
+    Node* add = sole_reader(erf.output);
+    if (!add) continue;
+    const int one = other(*add, ElementWiseOperation::kSUM, erf.output);
+    if (one < 0 || !near(scalar_constant(g, one), 1.0)) continue;
+    // then * x and * 0.5, in either order
+    Node* first = sole_reader(add->output);
+    if (!first) continue;
+    const int f = other(*first, ElementWiseOperation::kPROD, add->output);
+    Node* second = f >= 0 ? sole_reader(first->output) : nullptr;
+    if (!second) continue;
+    const int s2 = other(*second, ElementWiseOperation::kPROD, first->output);
+    const bool x_then_half = f == x && near(scalar_constant(g, s2), 0.5);
+    const bool half_then_x = s2 == x && near(scalar_constant(g, f), 0.5);
+    if (!x_then_half && !half_then_x) continue;
+    const auto& out = g.values[static_cast<std::size_t>(second->output)].desc;
+    if (!(out == g.values[static_cast<std::size_t>(x)].desc)) continue;  // no broadcast beyond x
+    for (Node* n : {scale, static_cast<Node*>(&erf), add, first}) {
+      removed[static_cast<std::size_t>(n - g.nodes.data())] = true;
+      second->absorbed.push_back(n->name);
+    }
+    second->params = ActivationParams{ActivationType::kGELU_ERF, 0.f, 0.f};
+    second->inputs = {x};
+    second->main_desc = out;
+    log.changes.push_back("fused '" + scale->name + "' .. '" + second->name + "' into a GELU (erf)");
+  }
+  graph::compact(g, removed);
+  return log;
+}
+
 PassLog fuse_attention(Graph& g, const AttentionPolicy& accept) {
   PassLog log{"fuse_attention", {}};
   const auto readers = g.consumers();

@@ -46,6 +46,11 @@ PassLog fold_qdq(graph::Graph& g);
 using AttentionPolicy = std::function<bool(const graph::Graph&, const graph::Node&)>;
 PassLog fuse_attention(graph::Graph& g, const AttentionPolicy& accept);
 
+// The erf form of GELU written out as layers, x * 0.5 * (1 + erf(x / sqrt(2))) (the scalings in
+// either order, / sqrt(2) or * 1/sqrt(2); what exporters and hand-written graphs produce), becomes
+// one GELU_ERF activation on x.
+PassLog fuse_gelu(graph::Graph& g);
+
 // Fuses chains of pointwise layers (activation, cast, elementwise whose other operand
 // broadcasts into the result, quantize with a per-tensor constant scale) into the node
 // producing their input, when that input has no
