@@ -615,7 +615,7 @@ void NodeContext::require_attr_int(std::string_view name, std::int64_t expected,
 }
 
 int NodeContext::axis(std::int64_t a, int rank, std::string_view what) const {
-  if (a < -rank || a >= std::max(rank, 1))
+  if (a < -rank || a >= rank)
     fail(OnnxErrorCode::kINVALID_NODE, std::string(what) + " " + std::to_string(a) + " is outside [" + std::to_string(-rank) +
                                            ", " + std::to_string(rank) + ") for an input of rank " + std::to_string(rank));
   return static_cast<int>(a < 0 ? a + rank : a);
