@@ -763,15 +763,21 @@ void pad(NodeContext& c) {
   c.output(0, pad_slice(c, x, pre, post, mode, fill));
 }
 
-// DepthToSpace / SpaceToDepth on [N, C, H, W] with known C, H, W.
+// DepthToSpace / SpaceToDepth on [N, C, H, W] with known C, H, W: the block size, checked.
+std::int64_t block_size(NodeContext& c, const Dims& d) {
+  if (d.rank() != 4 || d[1] < 0 || d[2] < 0 || d[3] < 0)
+    fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "the input must be [N, C, H, W] with known C, H and W");
+  const std::int64_t b = c.attr_int("blocksize", 0);
+  if (b <= 0 || b > (1 << 20)) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b));
+  return b;
+}
+
 void depth_to_space(NodeContext& c) {
   auto& im = c.im();
   Tensor* x = c.input(0);
   const Dims& d = x->dims();
-  if (d.rank() != 4 || d[1] < 0 || d[2] < 0 || d[3] < 0)
-    fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "DepthToSpace takes [N, C, H, W] with known C, H and W");
-  const std::int64_t b = c.attr_int("blocksize", 0);
-  if (b <= 0 || b > (1 << 20) || d[1] % (b * b) != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide C");
+  const std::int64_t b = block_size(c, d);
+  if (d[1] % (b * b) != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide C");
   const std::int64_t C = d[1] / (b * b), H = d[2], W = d[3];
   const bool crd = c.attr_string("mode", "DCR") == "CRD";
   Tensor* y = crd ? im.reshape(x, Dims{0, C, b, b, H, W}, true) : im.reshape(x, Dims{0, b, b, C, H, W}, true);
@@ -783,10 +789,8 @@ void space_to_depth(NodeContext& c) {
   auto& im = c.im();
   Tensor* x = c.input(0);
   const Dims& d = x->dims();
-  if (d.rank() != 4 || d[1] < 0 || d[2] < 0 || d[3] < 0)
-    fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "SpaceToDepth takes [N, C, H, W] with known C, H and W");
-  const std::int64_t b = c.attr_int("blocksize", 0);
-  if (b <= 0 || b > (1 << 20) || d[2] % b != 0 || d[3] % b != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide H and W");
+  const std::int64_t b = block_size(c, d);
+  if (d[2] % b != 0 || d[3] % b != 0) fail(OnnxErrorCode::kINVALID_NODE, "blocksize " + std::to_string(b) + " does not divide H and W");
   const std::int64_t C = d[1], H = d[2] / b, W = d[3] / b;
   const bool crd = c.attr_string("mode", "DCR") == "CRD";
   Tensor* y = im.reshape(x, Dims{0, C, H, b, W, b}, true);
