@@ -72,7 +72,7 @@ std::vector<std::int64_t> Known::ints() const {
   std::vector<std::int64_t> out(n);
   const void* p = weights.values();
   switch (weights.type()) {
-    case DataType::kINT64: std::memcpy(out.data(), p, n * 8); break;
+    case DataType::kINT64: if (n > 0) std::memcpy(out.data(), p, n * 8); break;
     case DataType::kINT32: for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<const std::int32_t*>(p)[i]; break;
     case DataType::kINT8: for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<const std::int8_t*>(p)[i]; break;
     case DataType::kUINT8:
@@ -418,16 +418,24 @@ Tensor* Importer::scalar(DataType type, double v, int rank) {
   std::vector<std::int64_t> ones(static_cast<std::size_t>(rank), 1);
   const Dims dims{std::span<const std::int64_t>(ones)};
   std::byte buf[8] = {};
+  // Values come from a model: clamped into the type's range before converting (a conversion out
+  // of range is undefined behaviour), NaN kept for floats and 0 for integers.
+  auto clamp = [v](double lo, double hi) { return v != v ? 0.0 : std::clamp(v, lo, hi); };
+  const float f = v != v ? static_cast<float>(v) : static_cast<float>(std::clamp(v, -3.4028234663852886e38, 3.4028234663852886e38));
   switch (type) {
-    case DataType::kFLOAT: { float f = static_cast<float>(v); std::memcpy(buf, &f, 4); break; }
-    case DataType::kHALF: { auto h = core::float_to_half(static_cast<float>(v)); std::memcpy(buf, &h, 2); break; }
-    case DataType::kBF16: { auto h = core::float_to_bf16(static_cast<float>(v)); std::memcpy(buf, &h, 2); break; }
-    case DataType::kINT32: { auto i = static_cast<std::int32_t>(v); std::memcpy(buf, &i, 4); break; }
-    case DataType::kINT64: { auto i = static_cast<std::int64_t>(v); std::memcpy(buf, &i, 8); break; }
-    case DataType::kINT8: { auto i = static_cast<std::int8_t>(v); std::memcpy(buf, &i, 1); break; }
-    case DataType::kUINT8: { auto i = static_cast<std::uint8_t>(v); std::memcpy(buf, &i, 1); break; }
+    case DataType::kFLOAT: std::memcpy(buf, &f, 4); break;
+    case DataType::kHALF: { auto h = core::float_to_half(f); std::memcpy(buf, &h, 2); break; }
+    case DataType::kBF16: { auto h = core::float_to_bf16(f); std::memcpy(buf, &h, 2); break; }
+    case DataType::kINT32: { auto i = static_cast<std::int32_t>(clamp(-2147483648.0, 2147483647.0)); std::memcpy(buf, &i, 4); break; }
+    case DataType::kINT64: {
+      auto i = static_cast<std::int64_t>(clamp(-9.2233720368547758e18, 9.2233720368547748e18));
+      std::memcpy(buf, &i, 8);
+      break;
+    }
+    case DataType::kINT8: { auto i = static_cast<std::int8_t>(clamp(-128, 127)); std::memcpy(buf, &i, 1); break; }
+    case DataType::kUINT8: { auto i = static_cast<std::uint8_t>(clamp(0, 255)); std::memcpy(buf, &i, 1); break; }
     case DataType::kBOOL: { std::uint8_t i = v != 0; std::memcpy(buf, &i, 1); break; }
-    case DataType::kFP8: { auto i = core::float_to_fp8_e4m3(static_cast<float>(v), true); std::memcpy(buf, &i, 1); break; }
+    case DataType::kFP8: { auto i = core::float_to_fp8_e4m3(f, true); std::memcpy(buf, &i, 1); break; }
   }
   return constant(dims, Weights::copy_of(type, buf, 1));
 }

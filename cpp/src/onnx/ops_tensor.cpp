@@ -668,7 +668,12 @@ void range(NodeContext& c) {
   for (std::int64_t i = 0; i < count; ++i) {
     auto* p = buf.data() + static_cast<std::size_t>(i) * element_size(t);
     switch (t) {
-      case DataType::kFLOAT: { float v = static_cast<float>(s + static_cast<double>(i) * dl); std::memcpy(p, &v, 4); break; }
+      case DataType::kFLOAT: {
+        const double d = s + static_cast<double>(i) * dl;  // float inputs: out of float's range only past their ends
+        float v = d != d ? static_cast<float>(d) : static_cast<float>(std::clamp(d, -3.4028234663852886e38, 3.4028234663852886e38));
+        std::memcpy(p, &v, 4);
+        break;
+      }
       case DataType::kINT32: {
         auto v = static_cast<std::int32_t>(checked_add(start.ints()[0], checked_mul(i, delta.ints()[0], "a range value"), "a range value"));
         std::memcpy(p, &v, 4);
