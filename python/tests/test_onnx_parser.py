@@ -290,3 +290,13 @@ def test_gelu_written_out_becomes_one_activation(half_first):
     assert [layer.type for layer in engine.layers()] == ["activation"]
     x = np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)
     np.testing.assert_allclose(engine.create_execution().run({"x": x})["y"], ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_names_that_are_not_utf8_are_refused_with_a_readable_error():
+    m = model([n("Relu", ["x"], ["y"], name="relu")], [vi("x", [3])], [vi("y", [3])])
+    m.graph.node[0].name = "bad\xff"  # protobuf keeps the text; rewrite the bytes below
+    data = m.SerializeToString().replace("bad\xff".encode("utf-8"), b"bad\xff\xfe")  # same length
+    ok, net, p = parse(data)
+    assert not ok and net.num_layers == 0
+    e = p.get_error(0)
+    assert e.code() == trt.ErrorCode.INVALID_GRAPH and "'bad\\xff\\xfe' is not valid UTF-8" in e.desc()

@@ -100,6 +100,8 @@ class OnnxParser {
   static int max_opset() noexcept;
 
  private:
+  bool parse_model(std::span<const std::byte> model, const std::filesystem::path& path);
+
   Network& network_;
   std::vector<OnnxParserError> errors_;
 };

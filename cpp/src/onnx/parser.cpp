@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/mapped_file.h"
+#include "core/text.h"
 #include "onnx/importer.h"
 #include "tensoracle/errors.h"
 #include "tensoracle/network.h"
@@ -25,6 +26,38 @@ struct Failure {
   OnnxParserError error;
 };
 
+// `s` as valid UTF-8 for a message: a byte that is not part of valid UTF-8 becomes \xNN (a
+// model's names are untrusted bytes; Python cannot take invalid UTF-8 as str).
+std::string printable(const std::string& s) {
+  if (core::valid_utf8(s)) return s;
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len > 0 && i + len <= s.size() && core::valid_utf8(std::string_view(s).substr(i, len))) {
+      out.append(s, i, len);
+      i += len - 1;
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Names in a model must be UTF-8 (ONNX's strings are); one that is not refuses the model.
+void require_utf8(const std::string& name, const char* what) {
+  if (!core::valid_utf8(name))
+    throw Failure{[&] {
+      OnnxParserError e;
+      e.code = OnnxErrorCode::kINVALID_GRAPH;
+      e.description = std::string(what) + " '" + printable(name) + "' is not valid UTF-8";
+      return e;
+    }()};
+}
+
 OnnxParserError make_error(OnnxErrorCode code, std::string what) {
   OnnxParserError e;
   e.code = code;
@@ -39,6 +72,15 @@ void import_model(Network& net, const std::shared_ptr<const onnx::pb::ModelProto
                   const std::string& folder) {
   using onnx::fail;
   const auto& g = model->graph();
+  for (const auto& t : g.initializer()) require_utf8(t.name(), "initializer");
+  for (const auto& v : g.input()) require_utf8(v.name(), "graph input");
+  for (const auto& v : g.output()) require_utf8(v.name(), "graph output");
+  for (const auto& n : g.node()) {
+    require_utf8(n.name(), "node name");
+    require_utf8(n.op_type(), "operator");
+    for (const auto& t : n.input()) require_utf8(t, "tensor name");
+    for (const auto& t : n.output()) require_utf8(t, "tensor name");
+  }
   onnx::Importer im(net, opset, model);
 
   // Initializers: constants whose weights borrow the model's bytes.
@@ -233,6 +275,17 @@ const OnnxParserError& OnnxParser::get_error(int i) const {
 }
 
 bool OnnxParser::parse(std::span<const std::byte> bytes, const std::filesystem::path& path) {
+  const bool ok = parse_model(bytes, path);
+  for (auto& e : errors_) {
+    e.description = printable(e.description);
+    e.node_name = printable(e.node_name);
+    e.node_operator = printable(e.node_operator);
+    e.file = printable(e.file);
+  }
+  return ok;
+}
+
+bool OnnxParser::parse_model(std::span<const std::byte> bytes, const std::filesystem::path& path) {
   errors_.clear();
   const std::string file = path.string();
   auto error = [&](OnnxErrorCode code, const std::string& what, int opset = 0) {
@@ -263,8 +316,10 @@ bool OnnxParser::parse(std::span<const std::byte> bytes, const std::filesystem::
     for (int index = 0; index < model->graph().node_size(); ++index) {
       const auto& node = model->graph().node(index);
       if (node.domain().empty() || node.domain() == "ai.onnx") continue;
-      error(OnnxErrorCode::kUNSUPPORTED_NODE, node.op_type() + ": operator " + node.op_type() + " of domain '" +
-                                                  node.domain() + "' is not supported (only ONNX's default domain is)");
+      if (node.op_type().empty()) error(OnnxErrorCode::kINVALID_NODE, "the node has no operator (op_type is empty)");
+      else
+        error(OnnxErrorCode::kUNSUPPORTED_NODE, node.op_type() + ": operator " + node.op_type() + " of domain '" +
+                                                    node.domain() + "' is not supported (only ONNX's default domain is)");
       errors_.back().node = index;
       errors_.back().node_name = node.name();
       errors_.back().node_operator = node.op_type();
