@@ -554,6 +554,7 @@ void slice(NodeContext& c) {
 // Indices made non-negative along a dimension of size `dim` (ONNX allows -dim..dim-1).
 Tensor* wrap_indices(NodeContext& c, Tensor* idx, std::int64_t dim) {
   auto& im = c.im();
+  if (dim < 0) return idx;  // a size known only at run time: the gather checks the indices then
   if (auto k = im.value(idx)) {
     auto v = k->ints();
     bool negative = false;
@@ -566,7 +567,6 @@ Tensor* wrap_indices(NodeContext& c, Tensor* idx, std::int64_t dim) {
     }
     return im.constant(k->dims, Weights::copy_of(DataType::kINT64, v.data(), static_cast<std::int64_t>(v.size())));
   }
-  if (dim < 0) return idx;
   const int r = idx->dims().rank();
   Tensor* zero = im.scalar(idx->type(), 0, r);
   Tensor* negative = c.net().add_elementwise(idx, zero, E::kLESS)->get_output(0);
