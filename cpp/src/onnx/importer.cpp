@@ -23,11 +23,15 @@ namespace {
 constexpr std::int64_t kMaxFoldElements = 1 << 16;
 constexpr int kMaxFoldDepth = 24;
 
-std::string dims_text(const Dims& d) { return d.str(); }
-
 }  // namespace
 
 void fail(OnnxErrorCode code, const std::string& what) { throw NodeError(code, what); }
+
+Dims dims_of(const std::vector<std::int64_t>& v) {
+  if (v.size() > static_cast<std::size_t>(Dims::kMaxRank))
+    fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "rank " + std::to_string(v.size()) + " is above " + std::to_string(Dims::kMaxRank));
+  return Dims(std::span<const std::int64_t>(v));
+}
 
 std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
   std::int64_t r;
@@ -114,10 +118,6 @@ std::vector<double> Known::floats() const {
 
 namespace {
 
-struct ExternalData {
-  std::shared_ptr<core::MappedFile> file;
-};
-
 }  // namespace
 
 std::filesystem::path external_data_path(const pb::TensorProto& t, const std::string& folder) {
@@ -201,10 +201,10 @@ Known read_tensor(const pb::TensorProto& t, const std::shared_ptr<const void>& o
     if (v < 0) fail(OnnxErrorCode::kINVALID_VALUE, name + " has a negative dimension " + std::to_string(v));
     d.push_back(v);
   }
-  dims = Dims(std::span<const std::int64_t>(d));
+  dims = dims_of(d);
   const auto bytes = graph::byte_size(*type, dims);
   if (!bytes || *bytes > (std::uint64_t{1} << 46))
-    fail(OnnxErrorCode::kINVALID_VALUE, name + " has dims " + dims_text(dims) + " whose size does not fit");
+    fail(OnnxErrorCode::kINVALID_VALUE, name + " has dims " + dims.str() + " whose size does not fit");
   const auto count = dims.volume();
   const auto es = element_size(*type);
   if (t.data_location() == pb::TensorProto::EXTERNAL) {
@@ -215,11 +215,11 @@ Known read_tensor(const pb::TensorProto& t, const std::shared_ptr<const void>& o
   if (t.has_raw_data()) {
     if (t.raw_data().size() != *bytes)
       fail(OnnxErrorCode::kINVALID_VALUE, name + " holds " + std::to_string(t.raw_data().size()) + " bytes of raw data; " +
-                                              std::string(type_name(*type)) + " " + dims_text(dims) + " needs " + std::to_string(*bytes));
+                                              std::string(type_name(*type)) + " " + dims.str() + " needs " + std::to_string(*bytes));
     return {Weights(*type, t.raw_data().data(), count, owner), dims};
   }
   auto mismatch = [&](std::size_t have) {
-    fail(OnnxErrorCode::kINVALID_VALUE, name + " holds " + std::to_string(have) + " elements; its dims " + dims_text(dims) +
+    fail(OnnxErrorCode::kINVALID_VALUE, name + " holds " + std::to_string(have) + " elements; its dims " + dims.str() +
                                             " need " + std::to_string(count));
   };
   switch (*type) {
@@ -463,7 +463,7 @@ Tensor* Importer::prepend_ones(Tensor* x, int n) {
     std::vector<std::int64_t> d(static_cast<std::size_t>(n), 1);
     for (int i = 0; i < r; ++i) d.push_back(x->dims()[i]);
     s->set_zero_is_placeholder(false);
-    s->set_reshape_dims(Dims(std::span<const std::int64_t>(d)));
+    s->set_reshape_dims(dims_of(d));
     return s->get_output(0);
   }
   // Unknown dims: [dims..., 1 x n] (0 copies the input's dim i at position i), then the ones
@@ -471,7 +471,7 @@ Tensor* Importer::prepend_ones(Tensor* x, int n) {
   std::vector<std::int64_t> d(static_cast<std::size_t>(r), 0);
   for (int i = 0; i < n; ++i) d.push_back(1);
   s->set_zero_is_placeholder(true);
-  s->set_reshape_dims(Dims(std::span<const std::int64_t>(d)));
+  s->set_reshape_dims(dims_of(d));
   Permutation p;
   for (int i = 0; i < n; ++i) p.order[static_cast<std::size_t>(i)] = r + i;
   for (int i = 0; i < r; ++i) p.order[static_cast<std::size_t>(n + i)] = i;
@@ -510,7 +510,7 @@ Tensor* Importer::broadcast_to(Tensor* x, const Dims& dims) {
   if (x->dims() == dims) return x;
   const int r = dims.rank();
   std::vector<std::int64_t> zero(static_cast<std::size_t>(r), 0), one(static_cast<std::size_t>(r), 1);
-  auto* s = net_.add_slice(x, Dims(std::span<const std::int64_t>(zero)), dims, Dims(std::span<const std::int64_t>(one)));
+  auto* s = net_.add_slice(x, dims_of(zero), dims, dims_of(one));
   s->set(SliceParams{s->get().start, s->get().size, s->get().stride, SampleMode::kWRAP, 0});
   return s->get_output(0);
 }
@@ -520,8 +520,8 @@ Tensor* Importer::broadcast_to(Tensor* x, Tensor* shape) {
   const int r = x->dims().rank();
   std::vector<std::int64_t> zero(static_cast<std::size_t>(r), 0), one(static_cast<std::size_t>(r), 1);
   // The size is the shape tensor's (ones until it is set).
-  auto* s = net_.add_slice(x, Dims(std::span<const std::int64_t>(zero)), Dims(std::span<const std::int64_t>(one)),
-                           Dims(std::span<const std::int64_t>(one)));
+  auto* s = net_.add_slice(x, dims_of(zero), dims_of(one),
+                           dims_of(one));
   s->set(SliceParams{s->get().start, s->get().size, s->get().stride, SampleMode::kWRAP, 0});
   net_.set_layer_input(s, kSliceSize, shape);
   return s->get_output(0);

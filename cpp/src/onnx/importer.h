@@ -40,6 +40,9 @@ struct NodeError : std::runtime_error {
 std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what);
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what);
 
+// Dims of the values in `v`; more than Dims::kMaxRank of them is a NodeError.
+Dims dims_of(const std::vector<std::int64_t>& v);
+
 // ONNX's TensorProto.DataType as tensoracle's, or nullopt (double, int16, strings, ...).
 std::optional<DataType> data_type_of(std::int32_t onnx_type) noexcept;
 std::string onnx_type_name(std::int32_t onnx_type);

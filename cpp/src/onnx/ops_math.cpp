@@ -290,7 +290,7 @@ Converter arg_op(TopKOperation op) {
       std::vector<std::int64_t> st(static_cast<std::size_t>(r), 0), stride(static_cast<std::size_t>(r), 1);
       st[static_cast<std::size_t>(axis)] = dim - 1;
       stride[static_cast<std::size_t>(axis)] = -1;
-      x = c.net().add_slice(x, Dims(std::span<const std::int64_t>(st)), x->dims(), Dims(std::span<const std::int64_t>(stride)))->get_output(0);
+      x = c.net().add_slice(x, dims_of(st), x->dims(), dims_of(stride))->get_output(0);
     }
     Tensor* idx = c.net().add_topk(x, op, 1, 1u << axis)->get_output(1);
     idx = im.cast(idx, DataType::kINT64);
@@ -308,7 +308,7 @@ Converter arg_op(TopKOperation op) {
       p.order[static_cast<std::size_t>(k)] = axis;
       s->set_first_transpose(p);
       s->set_zero_is_placeholder(true);
-      s->set_reshape_dims(Dims(std::span<const std::int64_t>(d)));
+      s->set_reshape_dims(dims_of(d));
       idx = s->get_output(0);
     }
     c.output(0, idx);

@@ -12,8 +12,6 @@ namespace {
 
 using E = ElementWiseOperation;
 
-Dims dims_of(const std::vector<std::int64_t>& v) { return Dims(std::span<const std::int64_t>(v)); }
-
 // A 1-D per-channel tensor [C] as [1, C, 1, ...] for an input of `rank`.
 Tensor* channel_shaped(Importer& im, Tensor* v, int rank) {
   if (v->dims().rank() != 1) return v;
@@ -174,7 +172,7 @@ Converter pool(PoolingType type) {
     Window win = window(c, x->dims(), {});
     if (c.wants_output(1)) fail(OnnxErrorCode::kUNSUPPORTED_NODE, "MaxPool's Indices output is not supported");
     for (auto d : win.dilations)
-      if (d != 1 && type == PoolingType::kAVERAGE) fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "dilations in AveragePool");
+      if (d != 1) fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "dilations other than 1 in pooling");
     if (c.attr_int("storage_order", 0) != 0) fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "storage_order 1");
     const bool ceil = c.attr_int("ceil_mode", 0) != 0;
     const int n = static_cast<int>(win.kernel.size());
@@ -209,9 +207,6 @@ Converter pool(PoolingType type) {
     p.post_padding = dims_of(win.post);
     p.padding_mode = win.mode;
     p.average_count_excludes_padding = c.attr_int("count_include_pad", 0) == 0;
-    bool dilated = false;
-    for (auto d : win.dilations) dilated = dilated || d != 1;
-    if (dilated) fail(OnnxErrorCode::kUNSUPPORTED_NODE_ATTR, "dilations other than 1 in pooling");
     l->set(p);
     c.output(0, l->get_output(0));
   };

@@ -14,12 +14,6 @@ namespace {
 
 using E = ElementWiseOperation;
 
-Dims dims_of(const std::vector<std::int64_t>& v) {
-  if (v.size() > static_cast<std::size_t>(Dims::kMaxRank))
-    fail(OnnxErrorCode::kUNSUPPORTED_NODE_SHAPE, "rank " + std::to_string(v.size()) + " is above " + std::to_string(Dims::kMaxRank));
-  return Dims(std::span<const std::int64_t>(v));
-}
-
 Tensor* shape_of(NodeContext& c, Tensor* x) { return c.net().add_shape(x)->get_output(0); }
 
 // x without the axes in `mask` (each of size 1): the kept axes first, then a reshape that
