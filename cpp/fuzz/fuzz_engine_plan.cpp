@@ -57,7 +57,9 @@ namespace {
 
 // x [2, 4, 6, 6] -> convolution 3x3 (+ bias, ReLU) -> max pool 2x2 -> reshape [2, 36] ->
 // matrix multiply [36, 5] + bias [2, 5] -> softmax; and the reshaped features' sum over axis 1
-// as a second output, and a causal attention over the reshaped features as a third. Small, and it exercises fusion (epilogues), shuffles and reductions; the
+// as a second output, and a causal attention over the reshaped features as a third; and an
+// attention over rows of a second input (fused in the sequence-major layout where the CPU fuses
+// attention). Small, and it exercises fusion (epilogues), shuffles and reductions; the
 // bias has the shape of the layers' outputs, so that a node pointed at it passes the shape
 // checks and writes into the weight.
 std::vector<std::byte> seed_engine() {
@@ -100,9 +102,31 @@ std::vector<std::byte> seed_engine() {
     att->set(ap);
     att->get_output(0)->set_name("attention");
     net.mark_output(att->get_output(0));
+    // attention written as layers over rows t [1, 4, 32] (2 heads of 16, split and merged by
+    // shuffles): where the CPU fuses it (AVX-512), one node of the sequence-major layout
+    auto* t = net.add_input("t", DataType::kFLOAT, {1, 4, 32});
+    auto split = [&] {
+      auto* sh = net.add_shuffle(t);
+      sh->set_reshape_dims(Dims{0, 0, 2, 16});
+      sh->set_second_transpose(Permutation{{0, 2, 1, 3, 4, 5, 6, 7}});
+      return sh->get_output(0);
+    };
+    auto* tq = split();
+    auto* tk = split();
+    auto* tv = split();
+    auto* ts = net.add_matrix_multiply(tq, MatrixOperation::kNONE, tk, MatrixOperation::kTRANSPOSE)->get_output(0);
+    auto* tsm = net.add_softmax(ts);
+    tsm->set(SoftmaxParams{1u << 3});
+    auto* tpv = net.add_matrix_multiply(tsm->get_output(0), MatrixOperation::kNONE, tv, MatrixOperation::kNONE);
+    auto* merged = net.add_shuffle(tpv->get_output(0));
+    merged->set_first_transpose(Permutation{{0, 2, 1, 3, 4, 5, 6, 7}});
+    merged->set_reshape_dims(Dims{0, 0, 32});
+    merged->get_output(0)->set_name("rows");
+    net.mark_output(merged->get_output(0));
   };
   EngineBuild d;
   d.inputs["x"] = InputShape::fixed({2, 4, 6, 6});
+  d.inputs["t"] = InputShape::fixed({1, 4, 32});
   d.settings.device = "cpu";
   return build_serialized_engine(graph, d);
 }

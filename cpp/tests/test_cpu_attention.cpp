@@ -190,3 +190,79 @@ TEST(CpuAttention, RefusesBuffersThatDoNotFit) {
   const TensorRef mask = ref({1, 1, 8, 9}, DataType::kBOOL);
   expect_refused([&] { cpu::attention(p, ref(qd), ref(kd), ref(kd), &mask, ref(qd)); }, "takes no mask");
 }
+
+// The sequence-major layout (AttentionParams::heads): Q, K and V read from one packed
+// [B, S, Wq + 2·Wkv] buffer by column offsets (a merged Q/K/V product), the output written as
+// [B, Sq, Nq·H] rows; the same numbers as the [B, N, S, H] layout of the same data.
+TEST(CpuAttention, ReadsAndWritesRowsThroughColumnOffsets) {
+  for (i64 h : {32, 24}) {  // 32: the AVX-512 products where the CPU has them; 24: BLAS
+    const Shape s{2, 4, 2, 19, 19, h};
+    const i64 wq = s.nq * h, wkv = s.nkv * h, width = wq + 2 * wkv + 8;  // 8 columns of padding
+    auto packed = uniform(s.b * s.sq * width, 11);
+    // the same values as [B, N, S, H] tensors for the reference
+    auto heads_first = [&](i64 offset, i64 n_heads) {
+      std::vector<float> t(static_cast<std::size_t>(s.b * n_heads * s.sq * h));
+      for (i64 b = 0; b < s.b; ++b)
+        for (i64 n = 0; n < n_heads; ++n)
+          for (i64 i = 0; i < s.sq; ++i)
+            for (i64 d = 0; d < h; ++d)
+              t[static_cast<std::size_t>(((b * n_heads + n) * s.sq + i) * h + d)] =
+                  packed[static_cast<std::size_t>((b * s.sq + i) * width + offset + n * h + d)];
+      return t;
+    };
+    const auto q = heads_first(0, s.nq), k = heads_first(wq, s.nkv), v = heads_first(wq + wkv, s.nkv);
+    AttentionParams p;
+    p.scale = 0.3f;
+    p.heads = static_cast<std::int32_t>(s.nq);
+    p.kv_heads = static_cast<std::int32_t>(s.nkv);
+    p.head_size = static_cast<std::int32_t>(h);
+    p.k_offset = wq;
+    p.v_offset = wq + wkv;
+    const Dims rows{s.b, s.sq, width}, od{s.b, s.sq, wq};
+    std::vector<float> out(static_cast<std::size_t>(od.volume()));
+    const Dims amd{s.b, 1, 1, s.skv};
+    auto add = uniform(amd.volume(), 12);
+    TensorRef X{packed.data(), DataType::kFLOAT, rows}, A{add.data(), DataType::kFLOAT, amd},
+        O{out.data(), DataType::kFLOAT, od};
+    cpu::attention(p, X, X, X, &A, O);
+    const auto want = reference(s, q, k, v, &amd, nullptr, &add, false, true, 0.3);
+    double err = 0;
+    for (i64 b = 0; b < s.b; ++b)
+      for (i64 n = 0; n < s.nq; ++n)
+        for (i64 i = 0; i < s.sq; ++i)
+          for (i64 d = 0; d < h; ++d)
+            err = std::max(err, std::fabs(out[static_cast<std::size_t>((b * s.sq + i) * wq + n * h + d)] -
+                                          want[static_cast<std::size_t>(((b * s.nq + n) * s.sq + i) * h + d)]));
+    EXPECT_LE(err, 2e-5) << "head size " << h;
+  }
+}
+
+TEST(CpuAttention, RefusesRowsThatDoNotHoldTheHeads) {
+  std::vector<float> buf(4096);
+  auto ref = [&](const Dims& d) { return TensorRef{buf.data(), DataType::kFLOAT, d}; };
+  auto expect_refused = [](auto&& call, const std::string& what) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  AttentionParams p;
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.head_size = 8;
+  const Dims q{1, 5, 16}, kv{1, 6, 8}, o{1, 5, 16};
+  EXPECT_NO_THROW(cpu::attention(p, ref(q), ref(kv), ref(kv), nullptr, ref(o)));
+  expect_refused([&] { cpu::attention(p, ref({1, 5, 15}), ref(kv), ref(kv), nullptr, ref(o)); }, "has no 2 heads of 8");
+  expect_refused([&] { cpu::attention(p, ref(q), ref(kv), ref(kv), nullptr, ref({1, 5, 24})); }, "has no 2 heads of 8");
+  expect_refused([&] { cpu::attention(p, ref(q), ref(kv), ref({1, 7, 8}), nullptr, ref(o)); }, "batch and sequence");
+  expect_refused([&] { cpu::attention(p, ref({1, 2, 5, 8}), ref(kv), ref(kv), nullptr, ref(o)); }, "not of rank 3");
+  p.k_offset = 4;
+  expect_refused([&] { cpu::attention(p, ref(q), ref(kv), ref(kv), nullptr, ref(o)); }, "from column 4");
+  p.k_offset = -8;
+  expect_refused([&] { cpu::attention(p, ref(q), ref(kv), ref(kv), nullptr, ref(o)); }, "from column -8");
+  p.k_offset = 0;
+  p.kv_heads = 3;
+  expect_refused([&] { cpu::attention(p, ref(q), ref(kv), ref(kv), nullptr, ref(o)); }, "query heads and 3 key heads");
+}

@@ -633,3 +633,64 @@ TEST(Engine, InspectShowsAnEngineBuiltForAnotherDevice) {
   EXPECT_NE(out.find("nodes:    1 (after fusion)"), std::string::npos) << out;
 }
 #endif
+
+// An attention node of the sequence-major layout (the builder's fusion of attention written
+// as layers over [B, S, N·H] rows) is written with its "rows" object; an engine file whose rows
+// do not fit its tensors is refused when it is opened, naming what does not fit.
+TEST(Engine, AttentionRowsThatDoNotFitAreCorrupt) {
+  auto graph = [](Network& net) {
+    auto heads = [&](const char* name) {  // [1, 5, 32] -> [1, 2, 5, 16]
+      auto* s = net.add_shuffle(net.add_input(name, DataType::kFLOAT, {1, 5, 32}));
+      s->set_reshape_dims(Dims{0, 0, 2, 16});
+      s->set_second_transpose(Permutation{{0, 2, 1, 3, 4, 5, 6, 7}});
+      return s->get_output(0);
+    };
+    auto* q = heads("xq");
+    auto* k = heads("xk");
+    auto* v = heads("xv");
+    auto* scores = net.add_matrix_multiply(q, MatrixOperation::kNONE, k, MatrixOperation::kTRANSPOSE)->get_output(0);
+    auto* sm = net.add_softmax(scores);
+    sm->set(SoftmaxParams{1u << 3});
+    auto* pv = net.add_matrix_multiply(sm->get_output(0), MatrixOperation::kNONE, v, MatrixOperation::kNONE);
+    pv->set_name("attn");
+    auto* merge = net.add_shuffle(pv->get_output(0));
+    merge->set_first_transpose(Permutation{{0, 2, 1, 3, 4, 5, 6, 7}});
+    merge->set_reshape_dims(Dims{0, 0, 32});
+    merge->get_output(0)->set_name("y");
+    net.mark_output(merge->get_output(0));
+  };
+  EngineBuild d;
+  for (const char* n : {"xq", "xk", "xv"}) d.inputs[n] = InputShape::fixed({1, 5, 32});
+  d.settings.device = "cpu";
+  const auto built = build_serialized_engine(graph, d);
+  auto engine = Engine::deserialize(built);
+  const auto layers = engine.layers();
+  if (layers.size() != 1)  // the CPU fuses attention where its AVX-512 products run (head size 16 here)
+    GTEST_SKIP() << "this CPU keeps attention as its layers (no AVX-512): no attention node to edit";
+  ASSERT_EQ(layers[0].type, "attention");
+  plan::Plan p = plan::read_engine(built, "test", nullptr);
+  auto attn = [](nlohmann::json& j) -> nlohmann::json& {
+    for (auto& n : j["nodes"])
+      if (n["name"] == "attn") return n["params"];
+    throw std::runtime_error("no attention node");
+  };
+  using Edit = std::function<void(nlohmann::json&)>;
+  const std::vector<std::pair<std::string, Edit>> edits = {
+      {"need 40", [&](nlohmann::json& j) { attn(j)["rows"]["offsets"][2] = 8; }},
+      {"beyond 2^48", [&](nlohmann::json& j) { attn(j)["rows"]["offsets"][1] = 9223372036854775807LL; }},
+      {"must be 3 numbers", [&](nlohmann::json& j) { attn(j)["rows"]["offsets"] = {0, 16}; }},
+      {"must be positive", [&](nlohmann::json& j) { attn(j)["rows"]["heads"] = 0; }},
+      {"key heads must divide", [&](nlohmann::json& j) { attn(j)["rows"]["kv_heads"] = 3; }},
+      {"need 48", [&](nlohmann::json& j) { attn(j)["rows"]["head_size"] = 24; }},
+      {"rank-4", [&](nlohmann::json& j) { attn(j).erase("rows"); }},
+  };
+  EXPECT_NO_THROW(Engine::deserialize(plan::write_engine_with(p, [](nlohmann::json&) {})));
+  for (const auto& [what, edit] : edits) {
+    try {
+      Engine::deserialize(plan::write_engine_with(p, edit));
+      ADD_FAILURE() << "accepted a plan that should say: " << what;
+    } catch (const CorruptEngineError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
+}

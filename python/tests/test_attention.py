@@ -77,9 +77,13 @@ TOL_CUDA = {"f32": TOL["f32"], "f16": dict(ulps=1, atol=6e-4), "bf16": dict(ulps
 
 # (device, type) where the builder replaces decomposed attention (head size 32) by the fused
 # node: on the CPU where its AVX-512 products run (they beat oneDNN's batched products and the
-# softmax between them); not on CUDA until the tensor-core kernel has been measured against the
-# layers on the device.
-FUSES_ATTENTION: dict = {("cpu", t): cpu_runs_wide_attention() for t in ("f32", "f16")}
+# softmax between them); on CUDA in float16 / bfloat16, where the tensor-core kernel runs (the
+# GPU machine is sm90); float32 stays as its layers there.
+FUSES_ATTENTION: dict = {**{("cpu", t): cpu_runs_wide_attention() for t in ("f32", "f16")}, ("cuda", "f16"): True}
+
+
+def fuses(device: str, t: str) -> bool:
+    return FUSES_ATTENTION.get((device.split(":")[0], t), False)
 
 
 def tol(device, t):
@@ -327,7 +331,7 @@ def test_builder_fuses_decomposed_attention_where_the_backend_gains(device, scal
     layers = engine.layers()
     types = [layer.type for layer in layers]
     # where the backend's fused kernel wins (Backend::fuses_attention; FUSES_ATTENTION above)
-    if FUSES_ATTENTION.get((device, t), False):
+    if fuses(device, t):
         assert types == ["attention"], [(layer.name, layer.type) for layer in layers]
         expected = ["scores"] + (["scale"] if scale_op else []) + (["masked"] if with_mask else []) + ["probs"]
         assert list(layers[0].fused) == expected
@@ -374,3 +378,138 @@ def test_the_cpu_keeps_the_layers_where_its_fused_kernel_would_lose(monkeypatch,
     if head == 32 and cpu_runs_wide_attention():  # the same graph fuses once the switch is off
         fused = build(graph, {"q": q.shape, "k": k.shape, "v": v.shape}, "cpu")
         assert [layer.type for layer in fused.layers()] == ["attention"]
+
+
+def rows_graph(inputs, heads, kv_heads, size, *, key_transposed, split_scale, two_shuffles, with_mask):
+    """Attention as exporters and hand-written models write it around the projections: Q, K and
+    V rows [B, S, heads·size] split into heads by shuffles, the scores scaled (once, or half on
+    Q and half on K), masked, normalized, multiplied by V, and the heads merged back to rows."""
+    E = trt.ElementWiseOperation
+
+    def split(network, x, n, perm, name):
+        if two_shuffles:  # a reshape, then a transpose (ONNX's Reshape and Transpose)
+            r = network.add_shuffle(x)
+            r.reshape_dims = (0, 0, n, size)
+            r.name = name + ".reshape"
+            t = network.add_shuffle(r.get_output(0))
+            t.first_transpose = perm
+            t.name = name + ".transpose"
+            return t.get_output(0)
+        s = network.add_shuffle(x)
+        s.reshape_dims = (0, 0, n, size)
+        s.second_transpose = perm
+        s.name = name + ".split"
+        return s.get_output(0)
+
+    def scaled(network, x, c, dt, name):
+        layer = network.add_elementwise(x, network.add_constant((1, 1, 1, 1), np.full((1, 1, 1, 1), c, dt)).get_output(0),
+                                        E.PROD)
+        layer.name = name
+        return layer.get_output(0)
+
+    def graph(network):
+        dt = inputs["xq"].dtype
+        t = {n: network.add_input(n, trt_type_of(a.dtype), a.shape) for n, a in inputs.items()}
+        q = split(network, t["xq"], heads, (0, 2, 1, 3), "q")
+        k = split(network, t["xk"], kv_heads, (0, 2, 3, 1) if key_transposed else (0, 2, 1, 3), "k")
+        v = split(network, t["xv"], kv_heads, (0, 2, 1, 3), "v")
+        if split_scale:
+            q, k = scaled(network, q, size ** -0.25, dt, "q.scale"), scaled(network, k, size ** -0.25, dt, "k.scale")
+        op1 = trt.MatrixOperation.NONE if key_transposed else trt.MatrixOperation.TRANSPOSE
+        qk = network.add_matrix_multiply(q, trt.MatrixOperation.NONE, k, op1)
+        qk.name = "scores"
+        s = qk.get_output(0)
+        if not split_scale:
+            s = scaled(network, s, size ** -0.5, dt, "scale")
+        if with_mask:
+            layer = network.add_elementwise(s, t["mask"], E.SUM)
+            layer.name = "masked"
+            s = layer.get_output(0)
+        sm = network.add_softmax(s)
+        sm.axes = 1 << 3
+        sm.name = "probs"
+        pv = network.add_matrix_multiply(sm.get_output(0), trt.MatrixOperation.NONE, v, trt.MatrixOperation.NONE)
+        pv.name = "context"
+        if two_shuffles:
+            tr = network.add_shuffle(pv.get_output(0))
+            tr.first_transpose = (0, 2, 1, 3)
+            tr.name = "out.transpose"
+            m = network.add_shuffle(tr.get_output(0))
+            m.reshape_dims = (0, 0, heads * size)
+            m.name = "out.reshape"
+        else:
+            m = network.add_shuffle(pv.get_output(0))
+            m.first_transpose = (0, 2, 1, 3)
+            m.reshape_dims = (0, 0, heads * size)
+            m.name = "out.merge"
+        y = m.get_output(0)
+        y.name = "y"
+        network.mark_output(y)
+
+    return graph
+
+
+@pytest.mark.parametrize("key_transposed, split_scale, two_shuffles",
+                         [(False, False, False), (True, True, True), (True, False, False), (False, True, True)],
+                         ids=["kT-by-product", "kT-given+split-scale+onnx-style", "kT-given", "split-scale+onnx-style"])
+@pytest.mark.parametrize("heads, kv_heads", [(4, 4), (4, 1)], ids=["mha", "mqa"])
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_fused_attention_reads_and_writes_the_projections_rows(device, t, heads, kv_heads, key_transposed, split_scale,
+                                                               two_shuffles):
+    # Where the backend fuses attention, the shuffles that split the heads out of the rows
+    # [B, S, N·H] and merge them back go too: the attention node reads and writes the rows
+    # (AttentionParams' sequence-major layout), and the engine is that one node.
+    size, b, sq, skv = 32, 2, 9, 70
+    rng = rng_for("rows", t, heads, kv_heads, key_transposed, split_scale, two_shuffles)
+    inputs = {"xq": sample(rng, (b, sq, heads * size), t), "xk": sample(rng, (b, skv, kv_heads * size), t),
+              "xv": sample(rng, (b, skv, kv_heads * size), t)}
+    inputs["mask"] = np.where(rng.random((b, 1, 1, skv)) < 0.8, 0.0, -10000.0).astype(NP_OF[t])
+    graph = rows_graph(inputs, heads, kv_heads, size, key_transposed=key_transposed, split_scale=split_scale,
+                       two_shuffles=two_shuffles, with_mask=True)
+    engine = build(graph, {n: a.shape for n, a in inputs.items()}, device)
+    layers = engine.layers()
+    if fuses(device, t):
+        assert [layer.type for layer in layers] == ["attention"], [(layer.name, layer.type) for layer in layers]
+        assert "scores" in layers[0].fused and "probs" in layers[0].fused
+        assert len(layers[0].fused) == len(set(layers[0].fused))
+    else:
+        assert "attention" not in [layer.type for layer in layers]
+    y = engine.create_execution().run(inputs)["y"]
+
+    def heads_first(x, n):
+        return x.reshape(x.shape[0], x.shape[1], n, size).transpose(0, 2, 1, 3)
+
+    scale = float(np.asarray(size ** -0.5, dtype=NP_OF[t]))
+    if split_scale:
+        scale = float(np.asarray(size ** -0.25, dtype=NP_OF[t])) ** 2
+    ref = attention_ref(heads_first(inputs["xq"], heads), heads_first(inputs["xk"], kv_heads),
+                        heads_first(inputs["xv"], kv_heads), mask=inputs["mask"], scale=scale)
+    ref = ref.transpose(0, 2, 1, 3).reshape(b, sq, heads * size)
+    slack = dict(ulps=2, atol=2e-3) if t == "f16" and "attention" not in [la.type for la in layers] else tol(device, t)
+    assert_float_close(y, ref, t, **slack, what="attention over rows")
+
+
+def test_attention_over_rows_keeps_shuffles_whose_results_are_read_elsewhere():
+    # the query's heads are also a network output: its split must stay; without it the rows
+    # layout is off, and the attention (if fused) reads [B, N, S, H]
+    rng = rng_for("rows-negative")
+    inputs = {n: sample(rng, (1, 5, 2 * 32), "f32") for n in ("xq", "xk", "xv")}
+    base = rows_graph(inputs, 2, 2, 32, key_transposed=False, split_scale=False, two_shuffles=False, with_mask=False)
+
+    def graph(network):
+        base(network)
+        split = next(network.get_layer(i) for i in range(network.num_layers) if network.get_layer(i).name == "q.split")
+        out = split.get_output(0)
+        out.name = "q_heads"
+        network.mark_output(out)
+
+    engine = build(graph, {n: a.shape for n, a in inputs.items()}, "cpu")
+    names = [layer.name for layer in engine.layers()]
+    assert "q.split" in names
+    outs = engine.create_execution().run(inputs)
+    q = inputs["xq"].reshape(1, 5, 2, 32).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(outs["q_heads"], q)
+    k = inputs["xk"].reshape(1, 5, 2, 32).transpose(0, 2, 1, 3)
+    v = inputs["xv"].reshape(1, 5, 2, 32).transpose(0, 2, 1, 3)
+    ref = attention_ref(q, k, v, scale=float(np.float32(32 ** -0.5))).transpose(0, 2, 1, 3).reshape(1, 5, 64)
+    assert_float_close(outs["y"], ref, "f32", ulps=64, atol=2e-6, what="attention")

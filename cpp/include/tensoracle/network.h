@@ -291,11 +291,23 @@ struct PluginParams {
 // key is masked out gives zeros. `decomposable` is TensorRT's flag (every tensoracle kernel
 // handles every shape, so it changes nothing). `scale` is tensoracle's: TensorRT has no factor
 // (scale the query); the attention fusion pass folds the graph's own scaling into it.
+//
+// Sequence-major layout (tensoracle's; the attention fusion pass sets it, add_attention does
+// not): with `heads` > 0, query, key and value are rows [B, S, width] — the layouts the
+// projections' GEMMs write — and head n of the query is its columns q_offset + n·head_size
+// .. + head_size (key head n of key and value likewise, from k_offset / v_offset, kv_heads of
+// them); the output is [B, Sq, heads·head_size], what the output projection reads. No
+// transposes run around the attention then, and one merged Q/K/V product can feed all three
+// through the offsets. The mask keeps its [B, Nq, Sq, Skv] form.
 struct AttentionParams {
   AttentionNormalizationOp normalization = AttentionNormalizationOp::kSOFTMAX;
   bool causal = false;
   bool decomposable = false;
   float scale = 1.f;
+  std::int32_t heads = 0;  // 0: the [B, N, S, H] layout above
+  std::int32_t kv_heads = 0;
+  std::int32_t head_size = 0;
+  std::int64_t q_offset = 0, k_offset = 0, v_offset = 0;
 };
 
 using LayerParams =

@@ -1,6 +1,7 @@
 #include "builder/passes.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -245,6 +246,195 @@ bool is_float_desc(const graph::TensorDesc& d) {
   return d.type == DataType::kFLOAT || d.type == DataType::kHALF || d.type == DataType::kBF16;
 }
 
+
+// ---- shuffle chains around attention (the sequence-major layout) -------------------------------
+
+// One step of a chain of shuffles: a transpose (output dim i is input dim perm[i]) or a reshape.
+struct ShuffleStep {
+  bool reshape = false;
+  std::array<int, Dims::kMaxRank> perm{};
+  Dims from, to;
+  // reshape: whether dim i of `to` is provably dim i of `from` (a placeholder 0, or both known
+  // and equal, or the one left when the rest are)
+  std::array<bool, Dims::kMaxRank> kept{};
+};
+
+bool identity_perm(const std::array<int, Dims::kMaxRank>& p, int rank) {
+  for (int i = 0; i < rank; ++i)
+    if (p[static_cast<std::size_t>(i)] != i) return false;
+  return true;
+}
+
+Dims permuted(const Dims& d, const std::array<int, Dims::kMaxRank>& p) {
+  Dims r = d;
+  for (int i = 0; i < d.rank(); ++i) r[i] = d[p[static_cast<std::size_t>(i)]];
+  return r;
+}
+
+// Appends the steps of shuffle node `n` (one input: no run-time reshape dims) to `steps`, the
+// transposes of consecutive steps composed and reshapes that change nothing left out. False
+// when `n` is not such a shuffle.
+bool append_shuffle_steps(const Graph& g, const Node& n, std::vector<ShuffleStep>& steps) {
+  const auto* sp = std::get_if<ShuffleParams>(&n.params);
+  if (!sp || n.inputs.size() != 1 || !n.epilogue.empty()) return false;
+  const Dims& in = g.values[static_cast<std::size_t>(n.inputs[0])].desc.dims;
+  const Dims& out = n.main_desc.dims;
+  Dims cur = in;
+  auto transpose = [&](const Permutation& perm, int rank) {
+    std::array<int, Dims::kMaxRank> p{};
+    for (int i = 0; i < rank; ++i) p[static_cast<std::size_t>(i)] = perm.order[static_cast<std::size_t>(i)];
+    if (identity_perm(p, rank)) return;
+    const Dims next = permuted(cur, p);
+    if (!steps.empty() && !steps.back().reshape) {  // compose with the transpose before
+      ShuffleStep& last = steps.back();
+      std::array<int, Dims::kMaxRank> c{};
+      for (int i = 0; i < rank; ++i) c[static_cast<std::size_t>(i)] = last.perm[static_cast<std::size_t>(p[static_cast<std::size_t>(i)])];
+      last.perm = c;
+      last.to = next;
+      if (identity_perm(c, rank)) steps.pop_back();
+    } else {
+      ShuffleStep s;
+      s.perm = p;
+      s.from = cur;
+      s.to = next;
+      steps.push_back(s);
+    }
+    cur = next;
+  };
+  transpose(sp->first_transpose, in.rank());
+  if (sp->reshape_dims) {
+    const int r = out.rank();
+    Dims target = out;  // the reshaped dims: the output before the second transpose
+    for (int i = 0; i < r; ++i) target[sp->second_transpose.order[static_cast<std::size_t>(i)]] = out[i];
+    ShuffleStep s;
+    s.reshape = true;
+    s.from = cur;
+    s.to = target;
+    const Dims& spec = *sp->reshape_dims;
+    int unknown = -1, missing = 0;
+    for (int i = 0; i < r; ++i) {
+      const bool placeholder = sp->zero_is_placeholder && i < spec.rank() && spec[i] == 0 && i < cur.rank();
+      s.kept[static_cast<std::size_t>(i)] = placeholder || (i < cur.rank() && cur[i] >= 0 && cur[i] == target[i]);
+      if (!s.kept[static_cast<std::size_t>(i)]) ++missing, unknown = i;
+    }
+    // one dim not proven kept, the others kept and the ranks equal: the volume keeps it too
+    if (missing == 1 && r == cur.rank()) s.kept[static_cast<std::size_t>(unknown)] = true, missing = 0;
+    if (!(missing == 0 && r == cur.rank())) steps.push_back(s);
+    cur = target;
+  }
+  transpose(sp->second_transpose, out.rank());
+  return true;
+}
+
+// Whether `steps` turn a [B, S, W] tensor into [B, N, S, H] (W = N·H split, heads moved before
+// the sequence; keys_last: [B, N, H, S], a transposed key). Sets heads and size.
+bool splits_heads(const std::vector<ShuffleStep>& steps, bool keys_last, std::int64_t& heads, std::int64_t& size) {
+  if (steps.size() != 2 || !steps[0].reshape || steps[1].reshape) return false;
+  const ShuffleStep& r = steps[0];
+  if (r.from.rank() != 3 || r.to.rank() != 4 || !r.kept[0] || !r.kept[1]) return false;
+  if (r.to[2] <= 0 || r.to[3] <= 0 || r.from[2] != r.to[2] * r.to[3]) return false;
+  const std::array<int, Dims::kMaxRank> want{0, 2, keys_last ? 3 : 1, keys_last ? 1 : 3};
+  if (!std::equal(want.begin(), want.begin() + 4, steps[1].perm.begin())) return false;
+  heads = r.to[2];
+  size = r.to[3];
+  return true;
+}
+
+// Whether `steps` turn [B, N, S, H] into [B, S, N·H] (the heads moved back and merged).
+bool merges_heads(const std::vector<ShuffleStep>& steps, std::int64_t heads, std::int64_t size) {
+  if (steps.size() != 2 || steps[0].reshape || !steps[1].reshape) return false;
+  const std::array<int, Dims::kMaxRank> want{0, 2, 1, 3};
+  if (!std::equal(want.begin(), want.begin() + 4, steps[0].perm.begin())) return false;
+  const ShuffleStep& r = steps[1];
+  return r.from.rank() == 4 && r.to.rank() == 3 && r.kept[0] && r.kept[1] && r.from[2] == heads && r.from[3] == size &&
+         r.to[2] == heads * size;
+}
+
+// Up to three shuffles producing value v, each read once, that split the heads of a [B, S, W]
+// tensor (splits_heads). Returns the [B, S, W] value (or -1) and the shuffles in `nodes`.
+int head_split_source(Graph& g, const std::vector<std::vector<int>>& readers, int v, bool keys_last, std::int64_t& heads,
+                      std::int64_t& size, std::vector<Node*>& nodes) {
+  std::vector<Node*> chain;
+  int cur = v;
+  for (int depth = 0; depth < 3; ++depth) {
+    Node* n = sole_producer(g, readers, cur);
+    if (!n || !std::holds_alternative<ShuffleParams>(n->params)) return -1;
+    chain.push_back(n);
+    cur = n->inputs[0];
+    std::vector<ShuffleStep> steps;
+    bool plain = true;
+    for (auto it = chain.rbegin(); it != chain.rend() && plain; ++it) plain = append_shuffle_steps(g, **it, steps);
+    if (!plain) return -1;
+    if (splits_heads(steps, keys_last, heads, size)) {
+      nodes = chain;
+      return cur;
+    }
+  }
+  return -1;
+}
+
+// Up to three shuffles after value v (each the sole reader of its input, none a network
+// output but the last) that merge [B, N, S, H] into [B, S, N·H]. Returns the merged value (or
+// -1) and the shuffles in `nodes`.
+int head_merge_target(Graph& g, const std::vector<std::vector<int>>& readers, int v, std::int64_t heads,
+                      std::int64_t size, std::vector<Node*>& nodes) {
+  std::vector<Node*> chain;
+  int cur = v;
+  for (int depth = 0; depth < 3; ++depth) {
+    const auto& r = readers[static_cast<std::size_t>(cur)];
+    if (r.size() != 1 || g.values[static_cast<std::size_t>(cur)].is_output) return -1;
+    Node& n = g.nodes[static_cast<std::size_t>(r[0])];
+    if (!std::holds_alternative<ShuffleParams>(n.params) || !n.extra_outputs.empty()) return -1;
+    chain.push_back(&n);
+    cur = n.output;
+    std::vector<ShuffleStep> steps;
+    bool plain = true;
+    for (Node* m : chain) plain = plain && append_shuffle_steps(g, *m, steps);
+    if (!plain) return -1;
+    if (merges_heads(steps, heads, size)) {
+      nodes = chain;
+      return cur;
+    }
+  }
+  return -1;
+}
+
+// A product by a one-element float constant producing v, read once: its factor (the value it
+// scales in `v`), else nothing.
+std::optional<double> peel_scale(Graph& g, const std::vector<std::vector<int>>& readers, int& v, std::vector<Node*>& chain) {
+  Node* n = sole_producer(g, readers, v);
+  const auto* ew = n ? std::get_if<ElementWiseParams>(&n->params) : nullptr;
+  if (!ew || ew->op != ElementWiseOperation::kPROD || n->inputs.size() != 2) return std::nullopt;
+  const auto sa = scalar_constant(g, n->inputs[0]), sb = scalar_constant(g, n->inputs[1]);
+  if (!sa == !sb) return std::nullopt;
+  const int other = sb ? n->inputs[0] : n->inputs[1];
+  if (!(g.values[static_cast<std::size_t>(other)].desc == g.values[static_cast<std::size_t>(v)].desc)) return std::nullopt;
+  v = other;
+  chain.push_back(n);
+  return sb ? sb : sa;
+}
+
+// Where(IsNaN(P), 0, P) producing v (P read by those two alone): the guard exporters put after
+// the softmax for rows whose every key is masked out (NaN there), which the attention kernels
+// give as zeros by themselves. Returns the node producing P (its softmax, checked by the
+// caller) and the guard's two nodes in `guard`, else null.
+Node* nan_guarded_probs(Graph& g, const std::vector<std::vector<int>>& readers, int v, std::vector<Node*>& guard) {
+  Node* where = sole_producer(g, readers, v);
+  if (!where || !std::holds_alternative<SelectParams>(where->params) || where->inputs.size() != 3) return nullptr;
+  const int cond = where->inputs[0], zero = where->inputs[1], p = where->inputs[2];
+  Node* isnan = sole_producer(g, readers, cond);
+  const auto* u = isnan ? std::get_if<UnaryParams>(&isnan->params) : nullptr;
+  if (!u || u->op != UnaryOperation::kISNAN || isnan->inputs[0] != p) return nullptr;
+  const auto z = scalar_constant(g, zero);
+  const auto& probs = g.values[static_cast<std::size_t>(p)];
+  if (!z || *z != 0.0 || probs.is_output || probs.producer < 0 || readers[static_cast<std::size_t>(p)].size() != 2) return nullptr;
+  if (!(g.values[static_cast<std::size_t>(where->output)].desc == probs.desc)) return nullptr;
+  Node& n = g.nodes[static_cast<std::size_t>(probs.producer)];
+  if (!n.epilogue.empty() || !n.extra_outputs.empty() || n.quantized()) return nullptr;
+  guard = {isnan, where};
+  return &n;
+}
+
 }  // namespace
 
 PassLog fuse_gelu(Graph& g) {
@@ -325,11 +515,14 @@ PassLog fuse_attention(Graph& g, const AttentionPolicy& accept) {
         pv.quantized() || !pv.epilogue.empty())
       continue;
     // P = softmax(S) over the last of four dims
-    Node* softmax = sole_producer(g, readers, pv.inputs[0]);
+    std::vector<Node*> guard;
+    Node* softmax = nan_guarded_probs(g, readers, pv.inputs[0], guard);
+    if (!softmax) softmax = sole_producer(g, readers, pv.inputs[0]);
     if (!softmax || softmax->type() != LayerType::kSOFTMAX) continue;
     const graph::TensorDesc& scores = g.values[static_cast<std::size_t>(softmax->output)].desc;
     if (scores.dims.rank() != 4 || graph::softmax_axis(std::get<SoftmaxParams>(softmax->params), 4) != 3) continue;
     std::vector<Node*> chain = {softmax};
+    chain.insert(chain.end(), guard.begin(), guard.end());
     // S = ((Q · Kᵀ) * c + M), the scaling and the mask each optional, in either order
     int cur = softmax->inputs[0], mask = -1;
     double scale = 1.0;
@@ -339,7 +532,7 @@ PassLog fuse_attention(Graph& g, const AttentionPolicy& accept) {
       Node* n = sole_producer(g, readers, cur);
       if (!n) ok = false;
       else if (const auto* mm = std::get_if<MatrixMultiplyParams>(&n->params)) {
-        ok = mm->op0 == MatrixOperation::kNONE && mm->op1 == MatrixOperation::kTRANSPOSE;
+        ok = mm->op0 == MatrixOperation::kNONE;  // op1 NONE: Kᵀ given, read through a head split below
         qk = n;
       } else if (const auto* ew = std::get_if<ElementWiseParams>(&n->params)) {
         const int a = n->inputs[0], b = n->inputs[1];
@@ -373,41 +566,220 @@ PassLog fuse_attention(Graph& g, const AttentionPolicy& accept) {
     }
     if (!ok || !qk) continue;
     chain.push_back(qk);
-    const int q = qk->inputs[0], k = qk->inputs[1], v = pv.inputs[1];
+    const bool key_transposed = std::get<MatrixMultiplyParams>(qk->params).op1 == MatrixOperation::kNONE;
+    int q = qk->inputs[0], k = qk->inputs[1], v = pv.inputs[1];
+    // scalings of the query and the key (exporters split 1/sqrt(H) between them) join the scale
+    for (int* side : {&q, &k})
+      if (auto c = peel_scale(g, readers, *side, chain)) scale *= *c;
     const auto& qd = g.values[static_cast<std::size_t>(q)].desc;
     const auto& kd = g.values[static_cast<std::size_t>(k)].desc;
     const auto& vd = g.values[static_cast<std::size_t>(v)].desc;
     if (!is_float_desc(qd) || kd.type != qd.type || vd.type != qd.type || scores.type != qd.type) continue;
-    if (qd.dims.rank() != 4 || kd.dims.rank() != 4 || !(kd.dims == vd.dims)) continue;
-    if (qd.dims[0] != kd.dims[0] || qd.dims[3] != kd.dims[3]) continue;  // no batch broadcast; one head size
-    if (!(qd.dims[1] == kd.dims[1] || kd.dims[1] == 1)) continue;
+    if (!std::isfinite(scale) || std::fabs(scale) > std::numeric_limits<float>::max()) continue;
+    AttentionParams p;
+    p.scale = static_cast<float>(scale);
+    // The sequence-major layout: Q, K and V split from [B, S, W] rows by shuffles and the output
+    // merged back; the attention then reads and writes the rows, and the shuffles go.
+    std::int64_t nq = 0, hq = 0, nk = 0, hk = 0, nv = 0, hv = 0;
+    std::vector<Node*> q_split, k_split, v_split, merge;
+    const int xq = head_split_source(g, readers, q, false, nq, hq, q_split);
+    const int xk = head_split_source(g, readers, k, key_transposed, nk, hk, k_split);
+    const int xv = head_split_source(g, readers, v, false, nv, hv, v_split);
+    int y = -1;
+    if (xq >= 0 && xk >= 0 && xv >= 0 && hq == hk && hk == hv && nk == nv && nk > 0 && nq % nk == 0 &&
+        nq <= std::numeric_limits<std::int32_t>::max() && hq <= std::numeric_limits<std::int32_t>::max())
+      y = head_merge_target(g, readers, pv.output, nq, hq, merge);
+    const bool rows = y >= 0;
+    if (rows) {
+      p.heads = static_cast<std::int32_t>(nq);
+      p.kv_heads = static_cast<std::int32_t>(nk);
+      p.head_size = static_cast<std::int32_t>(hq);
+    } else {
+      if (key_transposed) continue;  // Kᵀ as [B, N, H, S]: only the rows layout reads it
+      if (qd.dims.rank() != 4 || kd.dims.rank() != 4 || !(kd.dims == vd.dims)) continue;
+      if (qd.dims[0] != kd.dims[0] || qd.dims[3] != kd.dims[3]) continue;  // no batch broadcast; one head size
+      if (!(qd.dims[1] == kd.dims[1] || kd.dims[1] == 1)) continue;
+    }
     if (mask >= 0) {
       const auto& md = g.values[static_cast<std::size_t>(mask)].desc;
       if (md.type != qd.type || md.dims.rank() != 4) continue;
       if (const int mp = g.values[static_cast<std::size_t>(mask)].producer; mp >= static_cast<int>(i)) continue;
     }
-    if (!std::isfinite(scale) || std::fabs(scale) > std::numeric_limits<float>::max()) continue;
-    AttentionParams p;
-    p.scale = static_cast<float>(scale);
     Node candidate;
     candidate.name = pv.name;
     candidate.params = p;
-    candidate.inputs = {q, k, v};
+    candidate.inputs = rows ? std::vector<int>{xq, xk, xv} : std::vector<int>{q, k, v};
     if (mask >= 0) candidate.inputs.push_back(mask);
-    candidate.output = pv.output;
-    candidate.main_desc = pv.main_desc;
+    candidate.output = rows ? y : pv.output;
+    candidate.main_desc = g.values[static_cast<std::size_t>(candidate.output)].desc;
     if (!accept(g, candidate)) continue;
-    std::string names;
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      removed[index_of(*it)] = true;
-      pv.absorbed.push_back((*it)->name);
-      names += "'" + (*it)->name + "', ";
+    if (rows) {
+      for (auto* split : {&q_split, &k_split, &v_split}) chain.insert(chain.end(), split->begin(), split->end());
+      for (Node* n : merge) {
+        removed[index_of(n)] = true;
+        pv.absorbed.push_back(n->name);
+      }
+      g.values[static_cast<std::size_t>(y)].producer = static_cast<int>(i);
     }
+    // the absorbed layers in graph order
+    std::sort(chain.begin(), chain.end());
+    std::string names;
+    for (Node* n : chain) {
+      removed[index_of(n)] = true;
+      names += "'" + n->name + "', ";
+    }
+    std::vector<std::string> absorbed;
+    for (Node* n : chain) absorbed.push_back(n->name);
+    absorbed.insert(absorbed.end(), pv.absorbed.begin(), pv.absorbed.end());
+    pv.absorbed = std::move(absorbed);
     pv.params = p;
-    pv.inputs = {q, k, v};
-    if (mask >= 0) pv.inputs.push_back(mask);
+    pv.inputs = candidate.inputs;
+    pv.output = candidate.output;
+    pv.main_desc = candidate.main_desc;
     log.changes.push_back("fused " + names + "'" + pv.name + "' into one attention node '" + pv.name + "' (scale " +
-                          std::to_string(p.scale) + (mask >= 0 ? ", mask '" + g.values[static_cast<std::size_t>(mask)].name + "'" : "") + ")");
+                          std::to_string(p.scale) + (mask >= 0 ? ", mask '" + g.values[static_cast<std::size_t>(mask)].name + "'" : "") +
+                          (rows ? ", " + std::to_string(nq) + " heads of " + std::to_string(hq) + " read and written as rows" : "") + ")");
+  }
+  graph::compact(g, removed);
+  return log;
+}
+
+PassLog merge_projections(Graph& g) {
+  PassLog log{"merge_projections", {}};
+  const auto readers = g.consumers();
+  std::vector<bool> removed(g.nodes.size(), false);
+  // One projection: x · W (+ b), W (and b) constants, its result read by the attention alone.
+  struct Projection {
+    Node* product = nullptr;
+    Node* bias = nullptr;
+    int weights = -1, bias_value = -1;
+    std::int64_t width = 0;
+  };
+  auto projection = [&](int v, Projection& p) {
+    Node* last = sole_producer(g, readers, v);
+    if (!last) return false;
+    if (const auto* ew = std::get_if<ElementWiseParams>(&last->params)) {
+      if (ew->op != ElementWiseOperation::kSUM || last->inputs.size() != 2) return false;
+      const bool first = g.values[static_cast<std::size_t>(last->inputs[0])].constant.has_value();
+      const int b = last->inputs[first ? 0 : 1], rest = last->inputs[first ? 1 : 0];
+      if (!g.values[static_cast<std::size_t>(b)].constant) return false;
+      p.bias = last;
+      p.bias_value = b;
+      last = sole_producer(g, readers, rest);
+      if (!last) return false;
+    }
+    const auto* mm = std::get_if<MatrixMultiplyParams>(&last->params);
+    if (!mm || mm->op0 != MatrixOperation::kNONE || last->inputs.size() != 2) return false;
+    const auto& w = g.values[static_cast<std::size_t>(last->inputs[1])];
+    const Dims& wd = w.desc.dims;
+    if (!w.constant || wd.rank() < 2 || !wd.all_known()) return false;
+    for (int d = 0; d + 2 < wd.rank(); ++d)
+      if (wd[d] != 1) return false;
+    p.product = last;
+    p.weights = last->inputs[1];
+    p.width = mm->op1 == MatrixOperation::kNONE ? wd[wd.rank() - 1] : wd[wd.rank() - 2];
+    if (p.bias) {  // a bias of [1, ..., 1, width]
+      const Dims& bd = g.values[static_cast<std::size_t>(p.bias_value)].desc.dims;
+      const Dims& od = g.values[static_cast<std::size_t>(last->output)].desc.dims;
+      if (bd.rank() != od.rank() || bd[bd.rank() - 1] != p.width || bd.volume() != p.width) return false;
+    }
+    return true;
+  };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& a = g.nodes[i];
+    const auto* ap = std::get_if<AttentionParams>(&a.params);
+    if (!ap || ap->heads == 0 || ap->q_offset != 0 || ap->k_offset != 0 || ap->v_offset != 0) continue;
+    Projection pr[3];
+    bool ok = true;
+    for (int j = 0; j < 3 && ok; ++j) ok = projection(a.inputs[static_cast<std::size_t>(j)], pr[j]);
+    if (!ok) continue;
+    const auto& mm0 = std::get<MatrixMultiplyParams>(pr[0].product->params);
+    const auto& w0 = g.values[static_cast<std::size_t>(pr[0].weights)].desc;
+    for (int j = 1; j < 3 && ok; ++j) {
+      const auto& mm = std::get<MatrixMultiplyParams>(pr[j].product->params);
+      const auto& w = g.values[static_cast<std::size_t>(pr[j].weights)].desc;
+      const int r = w.dims.rank();
+      const int k_axis = mm.op1 == MatrixOperation::kNONE ? r - 2 : r - 1;
+      ok = pr[j].product->inputs[0] == pr[0].product->inputs[0] && mm.op1 == mm0.op1 && w.type == w0.type &&
+           r == w0.dims.rank() && w.dims[k_axis] == w0.dims[k_axis] && !pr[j].product->quantized() &&
+           (pr[j].bias != nullptr) == (pr[0].bias != nullptr) &&
+           (!pr[j].bias || g.values[static_cast<std::size_t>(pr[j].bias_value)].desc.type ==
+                               g.values[static_cast<std::size_t>(pr[0].bias_value)].desc.type);
+    }
+    if (!ok || pr[0].product->quantized() || pr[0].product == pr[1].product || pr[1].product == pr[2].product) continue;
+    // The products run before the attention; the merged one runs where the query's did, so the
+    // key's and value's products may not read anything produced after it (they read x alone).
+    const std::int64_t total = pr[0].width + pr[1].width + pr[2].width;
+    const int r = w0.dims.rank();
+    const std::size_t esize = element_size(w0.type);
+    // The merged weights: widths side by side ([K, N] rows interleaved; [N, K] appended).
+    std::vector<std::byte> wbytes;
+    wbytes.reserve(static_cast<std::size_t>(w0.dims.volume() / pr[0].width * total) * esize);
+    if (mm0.op1 == MatrixOperation::kNONE) {
+      const std::int64_t rows = w0.dims[r - 2];
+      for (std::int64_t row = 0; row < rows; ++row)
+        for (const auto& p : pr) {
+          const auto bytes = g.values[static_cast<std::size_t>(p.weights)].constant->bytes();
+          const std::size_t n = static_cast<std::size_t>(p.width) * esize;
+          wbytes.insert(wbytes.end(), bytes.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row) * n),
+                        bytes.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row + 1) * n));
+        }
+    } else {
+      for (const auto& p : pr) {
+        const auto bytes = g.values[static_cast<std::size_t>(p.weights)].constant->bytes();
+        wbytes.insert(wbytes.end(), bytes.begin(), bytes.end());
+      }
+    }
+    Dims wd = w0.dims;
+    wd[mm0.op1 == MatrixOperation::kNONE ? r - 1 : r - 2] = total;
+    auto add_constant = [&](const std::string& name, DataType type, const Dims& dims, const std::vector<std::byte>& bytes) {
+      graph::Value v;
+      v.name = name;
+      v.desc = graph::TensorDesc{type, dims};
+      v.constant = Weights::copy_of(type, bytes.data(), static_cast<std::int64_t>(bytes.size() / element_size(type)));
+      g.values.push_back(std::move(v));
+      return static_cast<int>(g.values.size() - 1);
+    };
+    Node& q = *pr[0].product;
+    q.inputs[1] = add_constant(q.name + ".qkv_weights", w0.type, wd, wbytes);
+    const int q_out = q.output;
+    Dims od = g.values[static_cast<std::size_t>(q_out)].desc.dims;
+    od[od.rank() - 1] = total;
+    g.values[static_cast<std::size_t>(q_out)].desc.dims = od;
+    q.main_desc.dims = od;
+    int merged = q_out;
+    if (pr[0].bias) {
+      std::vector<std::byte> bbytes;
+      for (const auto& p : pr) {
+        const auto bytes = g.values[static_cast<std::size_t>(p.bias_value)].constant->bytes();
+        bbytes.insert(bbytes.end(), bytes.begin(), bytes.end());
+      }
+      const auto& b0 = g.values[static_cast<std::size_t>(pr[0].bias_value)].desc;
+      Dims bd = b0.dims;
+      bd[bd.rank() - 1] = total;
+      Node& qb = *pr[0].bias;
+      const int slot = qb.inputs[0] == pr[0].bias_value ? 0 : 1;
+      qb.inputs[static_cast<std::size_t>(slot)] = add_constant(qb.name + ".qkv_bias", b0.type, bd, bbytes);
+      merged = qb.output;
+      g.values[static_cast<std::size_t>(merged)].desc.dims = od;
+      qb.main_desc.dims = od;
+    }
+    auto& params = std::get<AttentionParams>(a.params);
+    params.q_offset = 0;
+    params.k_offset = pr[0].width;
+    params.v_offset = pr[0].width + pr[1].width;
+    a.inputs[0] = a.inputs[1] = a.inputs[2] = merged;
+    for (int j = 1; j < 3; ++j) {  // the key's and value's products (and biases) are the merged node's now
+      removed[static_cast<std::size_t>(pr[j].product - g.nodes.data())] = true;
+      q.absorbed.push_back(pr[j].product->name);
+      if (pr[j].bias) {
+        removed[static_cast<std::size_t>(pr[j].bias - g.nodes.data())] = true;
+        q.absorbed.push_back(pr[j].bias->name);
+      }
+    }
+    log.changes.push_back("merged the products '" + pr[0].product->name + "', '" + pr[1].product->name + "' and '" +
+                          pr[2].product->name + "' (one input, " + std::to_string(total) +
+                          " columns) for attention '" + a.name + "', which reads its three parts by column offsets");
   }
   graph::compact(g, removed);
   return log;

@@ -40,11 +40,25 @@ PassLog fold_qdq(graph::Graph& g);
 //   S = S + M or M + S          (optional; M of rank 4 and the scores' type: the node's mask)
 //   P = softmax(S) over the last axis;   O = P · V   (V with K's dims)
 // the scaling and the mask in either order, every intermediate read once and no network
-// output. The attention node takes the final product's place and name; the layers it absorbed
-// are listed in Node::absorbed (tensoracle inspect shows them as fused).
+// output. Also absorbed: one-element scalings of Q and of K (exporters put sqrt(1/sqrt(H)) on
+// each) and Where(IsNaN(P), 0, P) after the softmax (the kernels give fully masked rows as
+// zeros already). Where Q, K and V come from rows [B, S, N·H] through shuffles that split the
+// heads (a reshape to [B, S, N, H] and the transpose to [B, N, S, H]; [B, N, H, S] for a K
+// given transposed, the product's op1 NONE) and the output goes back to [B, S, N·H] through
+// the inverse shuffles, those shuffles go too: the node reads and writes the rows (the
+// sequence-major layout, AttentionParams::heads). The attention node takes the final
+// product's place and name; the layers it absorbed are listed in Node::absorbed (tensoracle
+// inspect shows them as fused).
 // `accept` sees each candidate (the attention node as it would be) and may refuse it.
 using AttentionPolicy = std::function<bool(const graph::Graph&, const graph::Node&)>;
 PassLog fuse_attention(graph::Graph& g, const AttentionPolicy& accept);
+
+// Q, K and V computed from one input by three products with constant weights (x · W, each
+// plus a constant bias or none) and read only by an attention node of the sequence-major
+// layout (AttentionParams::heads): one product with the weights side by side (and one bias
+// add) replaces them, and the attention reads its three parts by column offsets. Runs after
+// fuse_attention.
+PassLog merge_projections(graph::Graph& g);
 
 // The erf form of GELU written out as layers, x * 0.5 * (1 + erf(x / sqrt(2))) (the scalings in
 // either order, / sqrt(2) or * 1/sqrt(2); what exporters and hand-written graphs produce), becomes

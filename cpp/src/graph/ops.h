@@ -75,6 +75,13 @@ int default_axis(int rank);
 int softmax_axis(const SoftmaxParams& p, int rank);
 int concat_axis(const ConcatenationParams& p, int rank);
 
+struct Graph;
+struct Node;
+
+// The head size of attention node `n` (AttentionParams): its head_size in the sequence-major
+// layout, else the query's last dim; -1 where unknown until run time or `n` is no attention.
+std::int64_t attention_head_size(const Graph& g, const Node& n);
+
 // A parsed einsum equation: one letter string per operand and for the output.
 struct EinsumSpec {
   std::vector<std::string> operands;

@@ -237,8 +237,8 @@ class CpuBackend final : public Backend {
   // against 1.74). Elsewhere its BLAS products per tile lose to oneDNN's batched ones (3.8 against
   // 1.3 ms): the layers stay (add_attention still runs the fused kernel).
   bool fuses_attention(const graph::Graph& g, const graph::Node& n) const override {
-    const auto& q = g.values[static_cast<std::size_t>(n.inputs.at(0))].desc;
-    return q.dims.rank() == 4 && attention_runs_wide(q.dims[3]);
+    const std::int64_t h = graph::attention_head_size(g, n);
+    return h > 0 && attention_runs_wide(h);
   }
 
   bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {

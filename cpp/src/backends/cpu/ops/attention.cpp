@@ -247,6 +247,9 @@ void attention_typed(const AttentionParams& p, const AttentionShape& a, const Te
 #else
   constexpr bool wide = false;
 #endif
+  // float32 keys and values in rows of exactly h elements are read in place; otherwise (other
+  // types, the sequence-major layout) each tile is first copied into float32 rows
+  const bool in_place = kF32 && a.k.row == h && a.v.row == h;
   detail::ensure_blas_threads();
   detail::parallel_ranges(
       tasks,
@@ -254,17 +257,20 @@ void attention_typed(const AttentionParams& p, const AttentionShape& a, const Te
         const std::size_t block = static_cast<std::size_t>(kQueryBlock), tile = static_cast<std::size_t>(kKeyTile),
                           hs = static_cast<std::size_t>(h);
         std::vector<float> qf(block * hs), s(block * tile), acc(block * hs), m(block), l(block);
-        std::vector<float> kf(kF32 ? 0 : tile * hs), vf(kF32 ? 0 : tile * hs);
+        std::vector<float> kf(in_place ? 0 : tile * hs), vf(in_place ? 0 : tile * hs);
         std::vector<float> kt(wide ? tile * hs : 0);  // the key tile transposed: [h, tile]
         for (i64 task = begin; task < end; ++task) {
           const i64 blk = task % blocks, head = (task / blocks) % a.q_heads, b = task / (blocks * a.q_heads);
           const i64 kv_head = head / a.group;
           const i64 r0 = blk * kQueryBlock, rows = std::min(kQueryBlock, a.queries - r0);
-          const T* qb = qp + ((b * a.q_heads + head) * a.queries + r0) * h;
-          const T* kb = kp + (b * a.kv_heads + kv_head) * a.keys * h;
-          const T* vb = vp + (b * a.kv_heads + kv_head) * a.keys * h;
-          TA_SIMD
-          for (i64 i = 0; i < rows * h; ++i) qf[static_cast<std::size_t>(i)] = FT::load(qb[i]) * p.scale;
+          const T* kb = kp + a.k.at(b, kv_head, 0);
+          const T* vb = vp + a.v.at(b, kv_head, 0);
+          for (i64 r = 0; r < rows; ++r) {
+            const T* qr = qp + a.q.at(b, head, r0 + r);
+            float* qd = qf.data() + r * h;
+            TA_SIMD
+            for (i64 d = 0; d < h; ++d) qd[d] = FT::load(qr[d]) * p.scale;
+          }
           std::fill(acc.begin(), acc.end(), 0.f);
           std::fill(m.begin(), m.end(), kNegInf);
           std::fill(l.begin(), l.end(), 0.f);
@@ -274,14 +280,22 @@ void attention_typed(const AttentionParams& p, const AttentionShape& a, const Te
             const i64 nt = std::min(kKeyTile, key_end - j0);
             const float* kt_src = nullptr;
             const float* vt = nullptr;
-            if constexpr (kF32) {
-              kt_src = kb + j0 * h;
-              vt = vb + j0 * h;
+            if (in_place) {
+              if constexpr (kF32) {
+                kt_src = kb + j0 * h;
+                vt = vb + j0 * h;
+              }
             } else {
-              TA_SIMD
-              for (i64 i = 0; i < nt * h; ++i) {
-                kf[static_cast<std::size_t>(i)] = FT::load(kb[j0 * h + i]);
-                vf[static_cast<std::size_t>(i)] = FT::load(vb[j0 * h + i]);
+              for (i64 j = 0; j < nt; ++j) {
+                const T* kr = kb + (j0 + j) * a.k.row;
+                const T* vr = vb + (j0 + j) * a.v.row;
+                float* kd = kf.data() + j * h;
+                float* vd = vf.data() + j * h;
+                TA_SIMD
+                for (i64 d = 0; d < h; ++d) {
+                  kd[d] = FT::load(kr[d]);
+                  vd[d] = FT::load(vr[d]);
+                }
               }
               kt_src = kf.data();
               vt = vf.data();
@@ -340,14 +354,14 @@ void attention_typed(const AttentionParams& p, const AttentionShape& a, const Te
 #endif
               gemm_nn_accumulate(rows, h, nt, s.data(), vt, acc.data());  // acc += s · v
           }
-          T* ob = op + ((b * a.q_heads + head) * a.queries + r0) * h;
           for (i64 r = 0; r < rows; ++r) {
+            T* orow = op + a.out.at(b, head, r0 + r);
             // softmax: divide by the sum; a query whose every key is masked out gives zeros
             const float lr = l[static_cast<std::size_t>(r)];
             const float inv = !softmax ? 1.f : lr > 0.f && m[static_cast<std::size_t>(r)] != kNegInf ? 1.f / lr : 0.f;
             const float* arow = acc.data() + r * h;
             TA_SIMD
-            for (i64 d = 0; d < h; ++d) ob[r * h + d] = FT::store(arow[d] * inv);
+            for (i64 d = 0; d < h; ++d) orow[d] = FT::store(arow[d] * inv);
           }
         }
       },
