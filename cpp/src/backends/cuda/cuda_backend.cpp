@@ -86,10 +86,17 @@ class CudaBackend final : public Device {
     return "";
   }
 
-  // Not yet: the tensor-core kernel (ops/attention.cu; cuda::attention_tensor_cores says where it
-  // runs) is to replace the layers once it has run and been timed against them on the GPU; the
-  // row kernel is no faster than the layers' GEMMs and softmax.
-  bool fuses_attention(const graph::Graph&, const graph::Node&) const override { return false; }
+  // Where the tensor-core kernel runs (float16 / bfloat16, head size 32, 64 or 128, sm80+:
+  // cuda::attention_tensor_cores), one fused node replaces the layers: it never writes the scores
+  // to global memory, where the layers write and read them three times. The row kernel (float32,
+  // other head sizes) is no faster than the layers' GEMMs and softmax: those stay layers.
+  // TENSORACLE_ATTENTION_KERNEL=rows, set while building, keeps the layers (benchmarks compare).
+  bool fuses_attention(const graph::Graph& g, const graph::Node& n) const override {
+    const auto& q = g.values[static_cast<std::size_t>(n.inputs.at(0))].desc;
+    if (q.type != DataType::kHALF && q.type != DataType::kBF16) return false;
+    const std::int64_t h = graph::attention_head_size(g, n);
+    return h > 0 && attention_tensor_cores(h);
+  }
 
   bool can_fuse(const graph::Graph&, const graph::Node& producer, const graph::EpilogueOp& op) const override {
     if (std::holds_alternative<ShuffleParams>(producer.params) && producer.inputs.size() > 1) return false;

@@ -7,6 +7,9 @@
 //   keys with an online softmax (running maximum, sum and output accumulator in float32);
 //   each lane holds the head dims lane, lane + 32, ... of the query and the accumulator, so
 //   every key's row and value row are read coalesced.
+// Both read query, key and value and write the output through AttentionShape's HeadRows: the
+// [B, N, S, H] layout or the sequence-major rows the fusion pass leaves (AttentionParams::heads);
+// the tensor-core kernel wants every row on 16 bytes (flash_aligned), else the row kernel runs.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -54,8 +57,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows(RowParams P, const
   for (i64 row = static_cast<i64>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += warps) {
     const i64 qi = row % a.queries, head = (row / a.queries) % a.q_heads, b = row / (a.queries * a.q_heads);
     const i64 h = a.head_size;
-    const T* qr = q + row * h;
-    const i64 kv = (b * a.kv_heads + head / a.group) * a.keys * h;
+    const T* qr = q + a.q.at(b, head, qi);
+    const T* kh = k + a.k.at(b, head / a.group, 0);
+    const T* vh = v + a.v.at(b, head / a.group, 0);
     float qreg[kPer], acc[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -76,8 +80,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows(RowParams P, const
           add = Tag::load(static_cast<const T*>(mask)[off]);
         }
       }
-      const T* kr = k + kv + j * h;
-      const T* vr = v + kv + j * h;
+      const T* kr = kh + j * a.k.row;
+      const T* vr = vh + j * a.v.row;
       float part = 0.f;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
@@ -106,7 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows(RowParams P, const
     }
     // softmax: divide by the sum; a query whose every key is masked out gives zeros
     const float inv = !P.softmax ? 1.f : l > 0.f ? 1.f / l : 0.f;
-    T* o = out + row * h;
+    T* o = out + a.out.at(b, head, qi);
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const i64 d = lane + 32 * i;
@@ -182,18 +186,28 @@ __device__ inline void ldmatrix_x4_trans(std::uint32_t* r, const void* p) {
                : "r"(smem_addr(p)));
 }
 
-// Copies rows [row0, row0 + kRows) of a [rows, D] matrix into shared memory (stride D + pad),
-// zeros beyond `rows`; 16 bytes per thread per step.
+// Copies rows [row0, row0 + kRows) of a [rows, D] matrix whose rows start `ld` elements apart
+// into shared memory (stride D + pad), zeros beyond `rows`; 16 bytes per thread per step,
+// asynchronously (cp.async: the caller commits the group and waits for it).
 template <int D, int kRows, class T>
-__device__ inline void load_tile(T* __restrict__ s, const T* __restrict__ g, i64 row0, i64 rows) {
+__device__ inline void load_tile_async(T* __restrict__ s, const T* __restrict__ g, i64 ld, int row0, int rows) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   for (int c = threadIdx.x; c < kRows * kChunks; c += blockDim.x) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(g + (row0 + r) * D + col);
-    *reinterpret_cast<uint4*>(s + r * (D + kFlashPad) + col) = v;
+    const bool inside = row0 + r < rows;
+    const T* src = inside ? g + static_cast<i64>(row0 + r) * ld + col : g;
+    const int bytes = inside ? 16 : 0;  // 0: the 16 bytes are zero-filled
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(s + r * (D + kFlashPad) + col)),
+                 "l"(src), "r"(bytes));
   }
 }
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
 
 template <class Tag, int D>
 __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typename Tag::T* __restrict__ q,
@@ -210,35 +224,48 @@ __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typena
   const AttentionShape& a = P.a;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
   const int g = lane / 4, t = lane % 4;
-  const i64 blocks = (a.queries + kFlashRows - 1) / kFlashRows;
-  const i64 block = blockIdx.x % blocks, bh = blockIdx.x / blocks;
+  // the launch checks that queries and keys fit in 31 bits
+  const int queries = static_cast<int>(a.queries), keys = static_cast<int>(a.keys);
+  const int blocks = (queries + kFlashRows - 1) / kFlashRows;
+  const int block = static_cast<int>(blockIdx.x % static_cast<unsigned>(blocks));
+  const i64 bh = blockIdx.x / static_cast<unsigned>(blocks);
   const i64 head = bh % a.q_heads, b = bh / a.q_heads;
-  const i64 q0 = block * kFlashRows;
-  const T* qg = q + bh * a.queries * D;
-  const i64 kvh = b * a.kv_heads + head / a.group;
-  const T* kg = k + kvh * a.keys * D;
-  const T* vg = v + kvh * a.keys * D;
+  const int q0 = block * kFlashRows;
+  const T* qg = q + a.q.at(b, head, 0);
+  const T* kg = k + a.k.at(b, head / a.group, 0);
+  const T* vg = v + a.v.at(b, head / a.group, 0);
+  const int key_end = P.causal ? min(q0 + kFlashRows, keys) : keys;
 
-  load_tile<D, kFlashRows>(qs, qg, q0, a.queries);
-  __syncthreads();
-  // the warp's Q fragments, A operands of m16n8k16 (row-major 16 x 16 per k step)
-  std::uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    ldmatrix_x4(qf[kk], qs + (warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2)) * kStride + kk * 16 + 8 * (lane / 16));
+  // The query tile and the first key tile in flight together; then per key tile the value tile
+  // loads while the scores and the softmax run, and the next key tile while P·V runs.
+  load_tile_async<D, kFlashRows>(qs, qg, a.q.row, q0, queries);
+  load_tile_async<D, kFlashKeys>(ks, kg, a.k.row, 0, keys);
+  cp_async_commit();
+  // the scores go to exp2: the scale (and an additive mask) carry log2(e) under a softmax
+  const float scale = P.softmax ? P.scale * kLog2e : P.scale;
+  const float mask_scale = P.softmax ? kLog2e : 1.f;
 
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const i64 row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  const i64 key_end = P.causal ? (q0 + kFlashRows < a.keys ? q0 + kFlashRows : a.keys) : a.keys;
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  i64 mask_row[2] = {0, 0};
+  if (a.has_mask)
+    for (int r = 0; r < 2; ++r) mask_row[r] = b * a.mask_stride[0] + head * a.mask_stride[1] + row[r] * a.mask_stride[2];
+  std::uint32_t qf[D / 16][4];
 
-  for (i64 j0 = 0; j0 < key_end; j0 += kFlashKeys) {
-    __syncthreads();  // the previous tile's K and V are no longer read
-    load_tile<D, kFlashKeys>(ks, kg, j0, a.keys);
-    load_tile<D, kFlashKeys>(vs, vg, j0, a.keys);
+  for (int j0 = 0; j0 < key_end; j0 += kFlashKeys) {
+    load_tile_async<D, kFlashKeys>(vs, vg, a.v.row, j0, keys);
+    cp_async_commit();
+    cp_async_wait<1>();  // the key tile (and, the first time, the query tile) has landed
     __syncthreads();
+    if (j0 == 0) {
+      // the warp's Q fragments, A operands of m16n8k16 (row-major 16 x 16 per k step)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        ldmatrix_x4(qf[kk], qs + (warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2)) * kStride + kk * 16 + 8 * (lane / 16));
+    }
     // scores: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys
     float s[kFlashKeys / 8][4];
 #pragma unroll
@@ -253,6 +280,9 @@ __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typena
         M::mma(s[n], qf[kk], kb);
         M::mma(s[n + 1], qf[kk], kb + 2);
       }
+    __syncthreads();  // every warp is done with the key tile: the next one may load
+    if (j0 + kFlashKeys < key_end) load_tile_async<D, kFlashKeys>(ks, kg, a.k.row, j0 + kFlashKeys, keys);
+    cp_async_commit();  // (an empty group on the last tile keeps the count)
     // scale, masks, and each row's maximum over the tile
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -260,13 +290,13 @@ __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typena
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2;
-        const i64 j = j0 + n * 8 + 2 * t + (e % 2);
-        float x = s[n][e] * P.scale;
-        bool keep = j < a.keys && (!P.causal || j <= row[r]);
-        if (keep && a.has_mask && row[r] < a.queries) {
-          const i64 off = b * a.mask_stride[0] + head * a.mask_stride[1] + row[r] * a.mask_stride[2] + j * a.mask_stride[3];
+        const int j = j0 + n * 8 + 2 * t + (e % 2);
+        float x = s[n][e] * scale;
+        bool keep = j < keys && (!P.causal || j <= row[r]);
+        if (keep && a.has_mask && row[r] < queries) {
+          const i64 off = mask_row[r] + j * a.mask_stride[3];
           if (a.bool_mask) keep = static_cast<const std::uint8_t*>(mask)[off] != 0;
-          else x += Tag::load(static_cast<const T*>(mask)[off]);
+          else x += Tag::load(static_cast<const T*>(mask)[off]) * mask_scale;
         }
         if (!P.softmax) {
           s[n][e] = keep ? x : 0.f;
@@ -287,13 +317,13 @@ __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typena
         const float m_new = (tm > m[r] || tm != tm) ? tm : m[r];
         // every key so far masked out: the probabilities are 0 and nothing is rescaled
         const float base = m_new == -INFINITY ? 0.f : m_new;
-        const float corr = expf(m[r] - base);
+        const float corr = exp2f(m[r] - base);
         float sum = 0.f;
 #pragma unroll
         for (int n = 0; n < kFlashKeys / 8; ++n)
 #pragma unroll
           for (int e = 2 * r; e < 2 * r + 2; ++e) {
-            s[n][e] = expf(s[n][e] - base);
+            s[n][e] = exp2f(s[n][e] - base);
             sum += s[n][e];
           }
         l[r] = l[r] * corr + sum;  // this thread's part of the row's sum (added up at the end)
@@ -305,6 +335,8 @@ __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typena
         }
       }
     }
+    cp_async_wait<1>();  // the value tile has landed (the next key tile may still be loading)
+    __syncthreads();
     // O += P·V: P's C fragments of n-tiles 2kk and 2kk + 1 are the A fragment of k step kk
 #pragma unroll
     for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
@@ -319,7 +351,9 @@ __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typena
         M::mma(o[n + 1], pa, vb + 2);
       }
     }
+    __syncthreads();  // every warp is done with the value tile: the next one may load
   }
+  cp_async_wait<0>();
   // the row sums over the 4 threads of each row, then the output
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -327,8 +361,8 @@ __global__ void __launch_bounds__(128) attention_flash(RowParams P, const typena
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const float inv = !P.softmax ? 1.f : sum > 0.f && m[r] != -INFINITY ? 1.f / sum : 0.f;
-    if (row[r] >= a.queries) continue;
-    T* orow = out + (bh * a.queries + row[r]) * D;
+    if (row[r] >= queries) continue;
+    T* orow = out + a.out.at(b, head, row[r]);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const std::uint32_t packed = M::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
@@ -364,6 +398,18 @@ bool flash_kernel_fits_impl(i64 head_size) {
   return major >= 8;
 }
 
+// The tensor-core kernel reads 16-byte chunks of rows and writes pairs of elements: every row
+// must start on 16 bytes (offsets and strides multiples of 8 elements, bases aligned).
+bool flash_aligned(const AttentionShape& a, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                   const TensorRef& out) {
+  auto fits = [](const backends::common::HeadRows& r, const void* p) {
+    return (r.offset | r.batch | r.head | r.row) % 8 == 0 && reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+  };
+  // (its row and key indices are 32-bit)
+  return a.queries < (i64{1} << 30) && a.keys < (i64{1} << 30) && fits(a.q, q.data) && fits(a.k, k.data) &&
+         fits(a.v, v.data) && fits(a.out, out.data);
+}
+
 }  // namespace
 
 bool attention_tensor_cores(std::int64_t head_size) { return flash_kernel_fits_impl(head_size); }
@@ -377,7 +423,7 @@ void attention(const AttentionParams& p, const TensorRef& q, const TensorRef& k,
   const bool ok = dev::with_float(q.type, [&](auto tag) {
     using Tag = decltype(tag);
     if constexpr (std::is_same_v<Tag, dev::F16> || std::is_same_v<Tag, dev::BF16>) {
-      if (attention_tensor_cores(a.head_size)) {
+      if (attention_tensor_cores(a.head_size) && flash_aligned(a, q, k, v, out)) {
         if (a.head_size == 32) launch_flash<Tag, 32>(P, q, k, v, mask, out, stream);
         else if (a.head_size == 64) launch_flash<Tag, 64>(P, q, k, v, mask, out, stream);
         else launch_flash<Tag, 128>(P, q, k, v, mask, out, stream);
