@@ -19,16 +19,22 @@ Workloads (PERFORMANCE.md's peers):
            attention), float16 and bfloat16: BERT-base's (32 x 12 heads x 128 tokens x 64, a
            padding mask added per batch and key) and GPT-2 small's prefill (8 x 12 x 1024 x 64,
            causal)
+  bert     transformers' own BertModel at BERT-base size (random weights: hidden 768, 12 layers
+           of 12 heads, FFN 3072), batch 32 x --bert-seq tokens with padding, float16, against
+           examples/bert.py's graph on the same checkpoint (last_hidden_state compared); with
+           --bert-layers also an engine built with attention left as its layers
 
 For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
 `--iterations` back-to-back launches) for: tensoracle (enqueue on a stream: eager the first
 time, then a replayed CUDA graph), torch eager, torch CUDA graph, and torch.compile (with
---compile; slow to start), the ratio tensoracle / best torch, and the max |error| against
+--compile, in --compile-mode, reduce-overhead by default: CUDA graphs of compiled kernels; slow
+to start), the ratio tensoracle / best torch, and the max |error| against
 torch's output. TF32 is off in torch (torch.backends.*.allow_tf32 = False) to compare float32
 with float32.
 
     python python/bench/compare_torch.py                # everything
     python python/bench/compare_torch.py --only mlp --dtypes float16 --compile
+    python python/bench/compare_torch.py --only bert --dtypes float16 --compile --bert-seq 128,512
     python python/bench/compare_torch.py --json results.json --save /tmp/engines
     tensoracle bench /tmp/engines/mlp_float16.engine --per-layer
 """
@@ -51,6 +57,8 @@ import tensoracle.trt as trt
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 TRT_DTYPE = {torch.float32: trt.float32, torch.float16: trt.float16, torch.bfloat16: trt.bfloat16}
+TORCH_DTYPE = {trt.float32: torch.float32, trt.float16: torch.float16, trt.bfloat16: torch.bfloat16,
+               trt.int32: torch.int32}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -176,8 +184,13 @@ def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None, ou
     ex = engine.create_execution()
     for k, v in inputs.items():
         ex.set_tensor_address(k, v)
-    y = torch.empty(tuple(ex.get_tensor_shape(out)), dtype=dtype, device="cuda")
-    ex.set_tensor_address(out, y)
+    # every output gets a buffer; `out` is the one compared with torch
+    buffers = {}
+    for t in engine.io_tensors:
+        if t.name not in inputs:
+            buffers[t.name] = torch.empty(tuple(ex.get_tensor_shape(t.name)), dtype=TORCH_DTYPE[t.dtype], device="cuda")
+            ex.set_tensor_address(t.name, buffers[t.name])
+    y = buffers[out]
     ours = lambda: ex.enqueue(stream)  # noqa: E731
     with torch.cuda.stream(stream):
         for _ in range(3):
@@ -187,29 +200,76 @@ def measure(name, dtype, layers, x, torch_fn, args, results, fp8_scales=None, ou
     err = (y.float() - ref.float()).abs().max().item()
     rows = {"tensoracle": ours, "torch eager": torch_fn, "torch CUDA graph": torch_graph(torch_fn, stream)}
     if args.compile:
-        compiled = torch.compile(torch_fn)
+        compiled = torch.compile(torch_fn, mode=None if args.compile_mode == "default" else args.compile_mode)
         with torch.cuda.stream(stream):
             for _ in range(3):
                 compiled()
-        rows["torch.compile"] = compiled
+        rows[f"torch.compile({args.compile_mode})"] = compiled
     times = {k: statistics.median(cuda_time(fn, args.iterations, args.rounds, stream)) for k, fn in rows.items()}
     best_torch = min(v for k, v in times.items() if k != "tensoracle")
     layer_info = engine.layers()
     r = {"workload": name, "dtype": label, "times_us": {k: v * 1e6 for k, v in times.items()},
          "ratio_vs_best_torch": times["tensoracle"] / best_torch, "max_abs_error_vs_torch": err,
-         "tactics": sorted({layer.tactic for layer in layer_info})}
+         "tactics": sorted({layer.tactic for layer in layer_info}), "nodes": len(layer_info),
+         "attention_nodes": sum(layer.type == "attention" for layer in layer_info)}
     fp16 = [o for o in results if o["workload"] == name and o["dtype"] == "float16"]
     if fp8_scales and fp16:
         r["ratio_vs_tensoracle_float16"] = r["times_us"]["tensoracle"] / fp16[0]["times_us"]["tensoracle"]
         print(f"{name} float8: tensoracle fp8 / tensoracle fp16 = {r['ratio_vs_tensoracle_float16']:.3f}")
     results.append(r)
     cells = "  ".join(f"{k} {v * 1e6:9.1f} us" for k, v in times.items())
-    print(f"{name:8s} {r['dtype']:9s} {cells}  ratio {r['ratio_vs_best_torch']:.3f}  max|err| {err:.3g}", flush=True)
+    print(f"{name:8s} {r['dtype']:9s} {cells}  ratio {r['ratio_vs_best_torch']:.3f}  max|err| {err:.3g}  "
+          f"({r['nodes']} nodes, {r['attention_nodes']} attention)", flush=True)
+
+
+def bert_workload(args, results):
+    """transformers' BertModel (BERT-base, random weights) against examples/bert.py's graph of it."""
+    import os
+    import tempfile
+
+    from transformers import BertModel
+
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    import bert
+
+    folder = tempfile.TemporaryDirectory()
+    bert.write_random_checkpoint(folder.name, hidden_size=768, num_attention_heads=12, num_hidden_layers=12,
+                                 intermediate_size=3072)
+    for name in [n for n in ("float16",) if n in args.dtypes.split(",")]:
+        dtype = DTYPES[name]
+        model = BertModel.from_pretrained(folder.name, attn_implementation="sdpa").eval().cuda().to(dtype)
+        for seq in [int(s) for s in args.bert_seq.split(",")]:
+            batch = bert.sample_inputs(args.bert_batch, seq, seed=3)
+            ids = torch.from_numpy(batch["input_ids"]).cuda()
+            mask = torch.from_numpy(batch["attention_mask"]).cuda()
+            ids_long, mask_long = ids.long(), mask.long()
+            graph = bert.graph(folder.name, batch=args.bert_batch, seq=seq, dtype=TRT_DTYPE[dtype])
+            variants = [("", {})] + ([("-layers", {"TENSORACLE_ATTENTION_KERNEL": "rows"})] if args.bert_layers else [])
+            for suffix, env in variants:
+
+                def build(inputs, level, g=graph, env=env):
+                    saved = {k: os.environ.get(k) for k in env}
+                    os.environ.update(env)
+                    try:
+                        return network_engine(g, inputs, level)
+                    finally:
+                        for k, v in saved.items():
+                            if v is None:
+                                os.environ.pop(k, None)
+                            else:
+                                os.environ[k] = v
+
+                with torch.no_grad():
+                    measure(f"bert{suffix}-{args.bert_batch}x{seq}", dtype, build,
+                            {"input_ids": ids, "attention_mask": mask},
+                            lambda: model(input_ids=ids_long, attention_mask=mask_long).last_hidden_state, args,
+                            results, out="last_hidden_state")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm", "reduce", "attention"]
+    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm", "reduce", "attention", "bert"]
     p.add_argument("--only", choices=workloads, action="append")
     p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
                    help="mlp types (resnet18 and minilm: float32 and float16 among them); float8: fp8 Q/DQ around "
@@ -219,6 +279,13 @@ def main() -> int:
                    help="the engines' optimization level (from 2: cuBLASLt's 8 best guesses timed per GEMM)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--compile", action="store_true", help="also time torch.compile (minutes to compile)")
+    p.add_argument("--compile-mode", default="reduce-overhead", choices=["reduce-overhead", "default", "max-autotune"],
+                   help="torch.compile's mode (default: reduce-overhead, the peer PERFORMANCE.md names)")
+    p.add_argument("--bert-seq", default="128", help="bert: sequence lengths (comma-separated), batch 32 each")
+    p.add_argument("--bert-batch", type=int, default=32)
+    p.add_argument("--bert-layers", action="store_true",
+                   help="bert: also build the engine with attention as its layers (TENSORACLE_ATTENTION_KERNEL=rows "
+                        "while building: the builder then keeps the layers)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--save", metavar="DIR", help="also write each engine to DIR (for tensoracle bench --per-layer)")
     p.add_argument("--commit", help="the commit to print (default: git describe of this checkout)")
@@ -341,6 +408,8 @@ def main() -> int:
                     measure(f"attention-{label}", dtype, lambda inputs, level, g=graph: network_engine(g, inputs, level),
                             inputs, lambda q=q, k=k, v=v, m=mask, c=causal: sdpa(q, k, v, attn_mask=m, is_causal=c),
                             args, results)
+    if "bert" in only:
+        bert_workload(args, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit,
