@@ -174,8 +174,19 @@ def breakdown(c: minilm.Config, batch: int, seq: int, full_ms: float, iterations
     x, h = (batch, seq, c.hidden), (batch, seq, c.intermediate)
     heads = (batch, c.heads, seq, c.head_dim)
     L = c.layers
-    parts = [
-        (f"Q/K/V/out linear {batch * seq}x{c.hidden}x{c.hidden} + bias", 4 * L, [x], linear(c.hidden, c.hidden)),
+    # Where the CPU fuses attention, the model's engine runs Q, K and V as one product
+    # (builder::merge_projections) and no head split or merge (the attention reads the rows).
+    fused = [layer.type for layer in op_engine([heads] * 3 + [(batch, 1, 1, seq)], attention).layers()] == ["attention"]
+    if fused:
+        projections = [
+            (f"Q/K/V linear {batch * seq}x{c.hidden}x{3 * c.hidden} + bias (merged)", L, [x],
+             linear(c.hidden, 3 * c.hidden)),
+            (f"out linear {batch * seq}x{c.hidden}x{c.hidden} + bias", L, [x], linear(c.hidden, c.hidden)),
+        ]
+    else:
+        projections = [(f"Q/K/V/out linear {batch * seq}x{c.hidden}x{c.hidden} + bias", 4 * L, [x],
+                        linear(c.hidden, c.hidden))]
+    parts = projections + [
         # The GELU as the model's engine runs it: fused into the matmul (a standalone GELU layer
         # would time the CPU backend's unfused activation pass, which the model never runs).
         (f"FFN in linear {batch * seq}x{c.hidden}x{c.intermediate} + bias + GELU erf", L, [x],
@@ -183,8 +194,7 @@ def breakdown(c: minilm.Config, batch: int, seq: int, full_ms: float, iterations
         (f"FFN out linear {batch * seq}x{c.intermediate}x{c.hidden} + bias", L, [h], linear(c.intermediate, c.hidden)),
         ("attention: QK^T, scale, mask, softmax, PV", L, [heads] * 3 + [(batch, 1, 1, seq)], attention),
         (f"LayerNorm {x}", 2 * L + 1, [x], layer_norm),
-        ("head split / merge shuffle", 4 * L, [x], split),
-    ]
+    ] + ([] if fused else [("head split / merge shuffle", 4 * L, [x], split)])
     print()
     print(f"where tensoracle's time goes (single-op engines at these shapes, {tensoracle.cpu_threads()} threads):")
     print(f"  {'part':52} {'ms/call':>8} {'calls':>5} {'ms/pass':>8} {'share':>6}")
