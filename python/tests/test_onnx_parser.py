@@ -111,6 +111,31 @@ def test_dynamic_batch_and_a_shape_chain_match_onnxruntime():
         np.testing.assert_allclose(got, ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
+def test_a_view_whose_batch_is_read_from_the_layers_input_is_a_static_reshape():
+    # What exporters write for view(batch, -1, heads, size): the batch read from the input of the
+    # projection whose output is reshaped. The parser sees that the projection carries the batch
+    # dim through, so the reshape is static ([0, -1, 2, 4]) and needs no shape tensor at run time.
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    idx = numpy_helper.from_array(np.array([0], np.int64), "idx")
+    rest = numpy_helper.from_array(np.array([-1, 2, 4], np.int64), "rest")
+    m = model([
+        n("MatMul", ["x", "w"], ["xw"]), n("Add", ["xw", "b"], ["proj"]),
+        n("Shape", ["x"], ["s"]), n("Gather", ["s", "idx"], ["batch"], axis=0),
+        n("Concat", ["batch", "rest"], ["shape"], axis=0), n("Reshape", ["proj", "shape"], ["heads"]),
+        n("Transpose", ["heads"], ["y"], perm=[0, 2, 1, 3]),
+    ], [vi("x", ["batch", "seq", 8])], [vi("y", ["batch", 2, "seq", 4])], [w, b, idx, rest])
+    ok, net, p = parse(m)
+    assert ok, str(p.get_error(0))
+    shuffles = [net.get_layer(i) for i in range(net.num_layers) if net.get_layer(i).type == trt.LayerType.SHUFFLE]
+    assert shuffles and all(layer.num_inputs == 1 for layer in shuffles), [layer.name for layer in shuffles]
+    for batch, seq in ((1, 3), (3, 5)):
+        x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
+        got = run(net, {"x": x}, {"x": ((1, 1, 8), (2, 4, 8), (4, 8, 8))})["y"]
+        np.testing.assert_allclose(got, ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
 def test_broadcasting_slices_pads_and_reductions_match_onnxruntime():
     st = numpy_helper.from_array(np.array([1, 100], np.int64), "st")
     en = numpy_helper.from_array(np.array([-1, -100], np.int64), "en")

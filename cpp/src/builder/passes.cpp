@@ -331,7 +331,8 @@ bool append_shuffle_steps(const Graph& g, const Node& n, std::vector<ShuffleStep
 bool splits_heads(const std::vector<ShuffleStep>& steps, bool keys_last, std::int64_t& heads, std::int64_t& size) {
   if (steps.size() != 2 || !steps[0].reshape || steps[1].reshape) return false;
   const ShuffleStep& r = steps[0];
-  if (r.from.rank() != 3 || r.to.rank() != 4 || !r.kept[0] || !r.kept[1]) return false;
+  // the width splits exactly, so the reshape keeps B·S: one of B and S kept keeps the other
+  if (r.from.rank() != 3 || r.to.rank() != 4 || !(r.kept[0] || r.kept[1])) return false;
   if (r.to[2] <= 0 || r.to[3] <= 0 || r.from[2] != r.to[2] * r.to[3]) return false;
   const std::array<int, Dims::kMaxRank> want{0, 2, keys_last ? 3 : 1, keys_last ? 1 : 3};
   if (!std::equal(want.begin(), want.begin() + 4, steps[1].perm.begin())) return false;
@@ -346,7 +347,8 @@ bool merges_heads(const std::vector<ShuffleStep>& steps, std::int64_t heads, std
   const std::array<int, Dims::kMaxRank> want{0, 2, 1, 3};
   if (!std::equal(want.begin(), want.begin() + 4, steps[0].perm.begin())) return false;
   const ShuffleStep& r = steps[1];
-  return r.from.rank() == 4 && r.to.rank() == 3 && r.kept[0] && r.kept[1] && r.from[2] == heads && r.from[3] == size &&
+  // the heads merge exactly, so the reshape keeps B·S: one of B and S kept keeps the other
+  return r.from.rank() == 4 && r.to.rank() == 3 && (r.kept[0] || r.kept[1]) && r.from[2] == heads && r.from[3] == size &&
          r.to[2] == heads * size;
 }
 

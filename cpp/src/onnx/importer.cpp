@@ -390,6 +390,59 @@ std::optional<std::vector<Importer::SymDim>> Importer::symbolic(Tensor* t, int d
   }
 }
 
+bool Importer::same_dim(const Tensor* a, int a_axis, const Tensor* b, int b_axis) const {
+  const Tensor* cur = b;
+  int axis = b_axis;
+  for (int step = 0; step <= kMaxFoldDepth; ++step) {
+    if (cur == a) return axis == a_axis;
+    const Layer* l = cur->producer();
+    if (l == nullptr || axis < 0 || axis >= cur->dims().rank()) return false;
+    const int rank = cur->dims().rank();
+    // input i of l when it has cur's rank and is not broadcast along `axis`
+    auto carried = [&](int i) -> const Tensor* {
+      const Tensor* in = l->get_input(i);
+      return in != nullptr && in->dims().rank() == rank && in->dims()[axis] != 1 ? in : nullptr;
+    };
+    auto broadcast = [&](int i) {
+      const Tensor* in = l->get_input(i);
+      return in != nullptr && (in->dims().rank() < rank - axis || (in->dims().rank() == rank && in->dims()[axis] == 1));
+    };
+    const Tensor* next = nullptr;
+    switch (l->type()) {
+      case LayerType::kACTIVATION:
+      case LayerType::kUNARY:
+      case LayerType::kCAST:
+      case LayerType::kIDENTITY:
+      case LayerType::kSOFTMAX:
+      case LayerType::kNORMALIZATION:
+        next = carried(0);
+        break;
+      case LayerType::kELEMENTWISE:  // the one operand that has the dim, the other 1 there
+        if (carried(0) && broadcast(1)) next = carried(0);
+        else if (carried(1) && broadcast(0)) next = carried(1);
+        break;
+      case LayerType::kMATRIX_MULTIPLY: {
+        const auto& p = std::get<MatrixMultiplyParams>(l->params());
+        if (axis < rank - 2 && broadcast(1)) next = carried(0);
+        else if (axis == rank - 2 && p.op0 == MatrixOperation::kNONE) next = carried(0);
+        break;
+      }
+      case LayerType::kSHUFFLE: {
+        const auto& p = std::get<ShuffleParams>(l->params());
+        if (l->num_inputs() == 1 && p.first_transpose == Permutation{} && p.second_transpose == Permutation{} &&
+            p.reshape_dims && p.zero_is_placeholder && axis < p.reshape_dims->rank() && (*p.reshape_dims)[axis] == 0)
+          next = l->get_input(0);
+        break;
+      }
+      default:
+        break;
+    }
+    if (next == nullptr) return false;
+    cur = next;
+  }
+  return false;
+}
+
 void Importer::require_shape_computable(Tensor* t, std::string_view what) {
   std::vector<Tensor*> todo{t};
   std::unordered_map<const Tensor*, bool> seen;

@@ -85,6 +85,13 @@ class Importer {
   };
   std::optional<std::vector<SymDim>> symbolic(Tensor* t, int depth = 0);
 
+  // Whether dim `a_axis` of `a` is, at run time, dim `b_axis` of `b`: the same tensor and axis,
+  // or `b` computed from `a` by layers that carry that dim through in place (pointwise layers
+  // whose other operand is 1 there, a matrix multiply's batch and row dims, normalizations,
+  // softmax, reshapes that keep it). So an exported `view(batch, -1, heads, size)`, batch read
+  // from the layer's input, becomes a static reshape of the projection's output.
+  bool same_dim(const Tensor* a, int a_axis, const Tensor* b, int b_axis) const;
+
   // Refuses (kUNSUPPORTED_NODE_DYNAMIC) a shape-like tensor (`what`: "the shape") computed from
   // the values of a network input: tensoracle has no shape-tensor inputs, so reshape dims,
   // slice bounds and the like come from constants and tensors' shapes only.

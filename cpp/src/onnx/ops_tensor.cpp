@@ -198,8 +198,9 @@ void reshape(NodeContext& c) {
       auto v = k->ints();
       return c.output(0, im.reshape(x, dims_of(v), !allowzero));
     }
-    // Unknown entries that are x's own dims in place become 0 placeholders, one other at most
-    // -1: a static reshape, whose known dims later layers can use.
+    // Unknown entries that are x's own dims in place (Importer::same_dim: read from x or from a
+    // tensor x was computed from) become 0 placeholders, one other at most -1: a static
+    // reshape, whose known dims later layers can use.
     auto sym = im.symbolic(c.input(1));
     // allowzero only matters for a literal 0 entry.
     const bool zero_entry = sym && std::any_of(sym->begin(), sym->end(), [](const auto& e) { return e.value && *e.value == 0; });
@@ -213,7 +214,7 @@ void reshape(NodeContext& c) {
           ok = *e.value != 0 || static_cast<int>(i) < x->dims().rank();
           spec.push_back(*e.value);
           if (*e.value == -1) ++inferred;
-        } else if (e.of == x && e.axis == static_cast<int>(i)) {
+        } else if (e.of != nullptr && im.same_dim(e.of, e.axis, x, static_cast<int>(i))) {
           spec.push_back(0);
         } else {
           spec.push_back(-1);
