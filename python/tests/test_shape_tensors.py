@@ -173,3 +173,31 @@ def test_bounds_computed_from_data_are_refused_at_build(device):
 
     with pytest.raises(tensoracle.BuildError, match="from_data.*cannot compute"):
         build(graph, {"x": (2, 6), "dims": (2,)}, device)
+
+
+@pytest.mark.parametrize("pick", ["gather", "slice"])
+def test_dims_known_at_build_time_fold_even_when_others_are_dynamic(device, pick):
+    # 1 / sqrt(x.shape[-1]) as exported models compute attention's scale: the last dim is 384
+    # for every input shape, so the Shape -> Gather (or Slice) -> Cast -> Sqrt chain folds into a
+    # constant although the batch and sequence are known only at run time.
+    def graph(net):
+        x = net.add_input("x", trt.float32, (-1, -1, 384))
+        s = net.add_shape(x).get_output(0)
+        if pick == "gather":
+            last = net.add_gather(s, constant(net, np.array([-1], np.int64)), 0).get_output(0)
+        else:
+            last = net.add_slice(s, (2,), (1,), (1,)).get_output(0)
+        f = net.add_cast(last, trt.float32).get_output(0)
+        r = net.add_unary(net.add_unary(f, trt.UnaryOperation.SQRT).get_output(0), trt.UnaryOperation.RECIP).get_output(0)
+        r = net.add_shuffle(r)
+        r.reshape_dims = (1, 1, 1)
+        y = net.add_elementwise(x, r.get_output(0), trt.ElementWiseOperation.PROD).get_output(0)
+        y.name = "y"
+        net.mark_output(y)
+
+    engine = build(graph, PROFILE, device)
+    types = [layer.type for layer in engine.layers()]
+    assert "shape" not in types and "gather" not in types and "slice" not in types, types
+    x = rng(7).standard_normal((3, 5, 384)).astype(np.float32)
+    y = engine.create_execution().run({"x": x})["y"]
+    np.testing.assert_allclose(y, x / np.sqrt(np.float32(384)), rtol=1e-6)

@@ -39,11 +39,75 @@ PassLog dead_code(Graph& g) {
   return log;
 }
 
+namespace {
+
+// The dims a Gather (axis 0, constant indices) or a static Slice picks from a Shape node's
+// output, as a constant of the node's type, when every picked dim is known at build time (the
+// others may be unknown: an exported model reads the head size from a query whose batch and
+// sequence are dynamic). Otherwise nothing.
+std::optional<Weights> known_shape_entries(const Graph& g, const Node& n) {
+  const auto& out = g.values[static_cast<std::size_t>(n.output)];
+  if (!n.epilogue.empty() || n.inputs.empty() || out.is_output || out.desc.dims.rank() > 1 ||
+      (out.desc.type != DataType::kINT64 && out.desc.type != DataType::kINT32))
+    return std::nullopt;
+  const int sp = g.values[static_cast<std::size_t>(n.inputs[0])].producer;
+  if (sp < 0) return std::nullopt;
+  const Node& shape = g.nodes[static_cast<std::size_t>(sp)];
+  if (shape.type() != LayerType::kSHAPE || !shape.epilogue.empty()) return std::nullopt;
+  const Dims& d = g.values[static_cast<std::size_t>(shape.inputs[0])].desc.dims;
+  const auto rank = static_cast<std::int64_t>(d.rank());
+  std::vector<std::int64_t> picked;
+  if (const auto* gp = std::get_if<GatherParams>(&n.params)) {
+    const auto& idx = g.values[static_cast<std::size_t>(n.inputs[1])];
+    if (gp->axis != 0 || gp->mode != GatherMode::kDEFAULT || !idx.constant || idx.desc.dims.rank() > 1) return std::nullopt;
+    for (std::int64_t k = 0; k < idx.constant->count(); ++k) {
+      std::int64_t i = idx.desc.type == DataType::kINT64 ? static_cast<const std::int64_t*>(idx.constant->values())[k]
+                       : idx.desc.type == DataType::kINT32 ? static_cast<const std::int32_t*>(idx.constant->values())[k]
+                                                           : -rank - 1;
+      if (i < 0) i += rank;
+      if (i < 0 || i >= rank) return std::nullopt;
+      picked.push_back(d[static_cast<int>(i)]);
+    }
+  } else if (const auto* sl = std::get_if<SliceParams>(&n.params)) {
+    if (sl->tensor_inputs != 0 || sl->mode != SampleMode::kSTRICT_BOUNDS || sl->start.rank() != 1 || n.inputs.size() != 1)
+      return std::nullopt;
+    for (std::int64_t k = 0; k < sl->size[0]; ++k) {
+      const std::int64_t i = sl->start[0] + k * sl->stride[0];
+      if (i < 0 || i >= rank) return std::nullopt;
+      picked.push_back(d[static_cast<int>(i)]);
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (static_cast<std::int64_t>(picked.size()) != std::max<std::int64_t>(out.desc.dims.volume(), 0)) return std::nullopt;
+  for (auto v : picked)
+    if (v < 0) return std::nullopt;
+  if (out.desc.type == DataType::kINT64)
+    return Weights::copy_of(DataType::kINT64, picked.data(), static_cast<std::int64_t>(picked.size()));
+  std::vector<std::int32_t> narrow;
+  for (auto v : picked) {
+    if (v > std::numeric_limits<std::int32_t>::max()) return std::nullopt;
+    narrow.push_back(static_cast<std::int32_t>(v));
+  }
+  return Weights::copy_of(DataType::kINT32, narrow.data(), static_cast<std::int64_t>(narrow.size()));
+}
+
+}  // namespace
+
 PassLog constant_fold(Graph& g, const ConstantEvaluator& evaluate, std::uint64_t max_bytes) {
   PassLog log{"constant_fold", {}};
   std::vector<bool> folded(g.nodes.size(), false);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
+    if (auto w = known_shape_entries(g, n)) {
+      auto& out = g.values[static_cast<std::size_t>(n.output)];
+      out.constant = std::move(*w);
+      out.producer = -1;
+      folded[i] = true;
+      log.changes.push_back("folded node '" + n.name + "' into a constant " + out.desc.dims.str() +
+                            ": the dims it reads are known");
+      continue;
+    }
     // Dequantize stays (quantized weights stay quantized); a plugin runs only where the engine
     // runs (it may have no CPU implementation, and its fields, not its result, are what engines
     // store).

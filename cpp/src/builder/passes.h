@@ -19,7 +19,9 @@ struct PassLog {
 // Removes nodes whose results reach no network output.
 PassLog dead_code(graph::Graph& g);
 
-// Evaluates nodes whose inputs are all constants and replaces their outputs by constants.
+// Evaluates nodes whose inputs are all constants and replaces their outputs by constants; also
+// a Gather (constant indices) or static Slice of a Shape node's output whose picked dims are
+// all known at build time (the shape's other dims may be unknown).
 // Dequantize nodes are kept (so quantized weights stay quantized for Q/DQ-aware kernels), as
 // are nodes whose result would exceed `max_bytes`.
 using ConstantEvaluator = std::function<Weights(const graph::Graph&, const graph::Node&)>;
