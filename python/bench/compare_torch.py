@@ -23,6 +23,9 @@ Workloads (PERFORMANCE.md's peers):
            of 12 heads, FFN 3072), batch 32 x --bert-seq tokens with padding, float16, against
            examples/bert.py's graph on the same checkpoint (last_hidden_state compared); with
            --bert-layers also an engine built with attention left as its layers
+  gpt2     transformers' own GPT2Model at GPT-2 small's size (random weights: 768, 12 layers of
+           12 heads), the prefill of batch 8 x --gpt2-seq tokens (some padded), float16, against
+           examples/gpt2.py's graph (causal + padding mask) on the same checkpoint
 
 For every workload and dtype it prints time per iteration (CUDA-event median over rounds of
 `--iterations` back-to-back launches) for: tensoracle (enqueue on a stream: eager the first
@@ -267,9 +270,37 @@ def bert_workload(args, results):
                             results, out="last_hidden_state")
 
 
+def gpt2_workload(args, results):
+    """transformers' GPT2Model (GPT-2 small, random weights) against examples/gpt2.py's graph of it."""
+    import tempfile
+
+    from transformers import GPT2Model
+
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    import gpt2
+
+    folder = tempfile.TemporaryDirectory()
+    gpt2.write_random_checkpoint(folder.name, n_embd=768, n_head=12, n_layer=12, n_positions=max(1024, args.gpt2_seq))
+    for name in [n for n in ("float16",) if n in args.dtypes.split(",")]:
+        dtype = DTYPES[name]
+        model = GPT2Model.from_pretrained(folder.name, attn_implementation="sdpa").eval().cuda().to(dtype)
+        seq = args.gpt2_seq
+        batch = gpt2.sample_inputs(8, seq, seed=3)
+        ids = torch.from_numpy(batch["input_ids"]).cuda()
+        mask = torch.from_numpy(batch["attention_mask"]).cuda()
+        ids_long, mask_long = ids.long(), mask.long()
+        graph = gpt2.graph(folder.name, seq, batch=8, dtype=TRT_DTYPE[dtype])
+        with torch.no_grad():
+            measure(f"gpt2-8x{seq}", dtype, lambda inputs, level, g=graph: network_engine(g, inputs, level),
+                    {"input_ids": ids, "attention_mask": mask},
+                    lambda: model(input_ids=ids_long, attention_mask=mask_long).last_hidden_state, args, results,
+                    out="last_hidden_state")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm", "reduce", "attention", "bert"]
+    workloads = ["linear", "mlp", "gemm", "conv", "resnet18", "minilm", "reduce", "attention", "bert", "gpt2"]
     p.add_argument("--only", choices=workloads, action="append")
     p.add_argument("--dtypes", default="float32,float16,bfloat16,float8",
                    help="mlp types (resnet18 and minilm: float32 and float16 among them); float8: fp8 Q/DQ around "
@@ -283,6 +314,7 @@ def main() -> int:
                    help="torch.compile's mode (default: reduce-overhead, the peer PERFORMANCE.md names)")
     p.add_argument("--bert-seq", default="128", help="bert: sequence lengths (comma-separated), batch 32 each")
     p.add_argument("--bert-batch", type=int, default=32)
+    p.add_argument("--gpt2-seq", type=int, default=1024, help="gpt2: prompt length (batch 8)")
     p.add_argument("--bert-layers", action="store_true",
                    help="bert: also build the engine with attention as its layers (TENSORACLE_ATTENTION_KERNEL=rows "
                         "while building: the builder then keeps the layers)")
@@ -410,6 +442,8 @@ def main() -> int:
                             args, results)
     if "bert" in only:
         bert_workload(args, results)
+    if "gpt2" in only:
+        gpt2_workload(args, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit,
