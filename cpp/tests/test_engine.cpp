@@ -61,6 +61,21 @@ EngineBuild linear_declaration() {
   return d;
 }
 
+// Plan `p` written unedited opens; written with each edit, it is refused with a CorruptEngineError
+// whose message holds the edit's text.
+void expect_corrupt(const plan::Plan& p,
+                    const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>>& edits) {
+  EXPECT_NO_THROW(Engine::deserialize(plan::write_engine_with(p, [](nlohmann::json&) {})));
+  for (const auto& [what, edit] : edits) {
+    try {
+      Engine::deserialize(plan::write_engine_with(p, edit));
+      ADD_FAILURE() << "accepted a plan that should say: " << what;
+    } catch (const CorruptEngineError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 
 TEST(Engine, BuildsRunsAndMatchesAReference) {
@@ -474,15 +489,7 @@ TEST(Engine, PlansThatMisplaceMemoryOrBindTheWrongValuesAreCorrupt) {
          j["nodes"][0]["params"]["alpha"] = 1e300;
        }},
   };
-  EXPECT_NO_THROW(Engine::deserialize(plan::write_engine_with(p, [](nlohmann::json&) {})));
-  for (const auto& [what, edit] : edits) {
-    try {
-      Engine::deserialize(plan::write_engine_with(p, edit));
-      ADD_FAILURE() << "accepted a plan that should say: " << what;
-    } catch (const CorruptEngineError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  }
+  expect_corrupt(p, edits);
 }
 
 // A pooling's output stored channels-last (Value::layout) is taken only where the builder
@@ -684,13 +691,5 @@ TEST(Engine, AttentionRowsThatDoNotFitAreCorrupt) {
       {"need 48", [&](nlohmann::json& j) { attn(j)["rows"]["head_size"] = 24; }},
       {"rank-4", [&](nlohmann::json& j) { attn(j).erase("rows"); }},
   };
-  EXPECT_NO_THROW(Engine::deserialize(plan::write_engine_with(p, [](nlohmann::json&) {})));
-  for (const auto& [what, edit] : edits) {
-    try {
-      Engine::deserialize(plan::write_engine_with(p, edit));
-      ADD_FAILURE() << "accepted a plan that should say: " << what;
-    } catch (const CorruptEngineError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  }
+  expect_corrupt(p, edits);
 }

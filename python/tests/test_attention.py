@@ -513,3 +513,68 @@ def test_attention_over_rows_keeps_shuffles_whose_results_are_read_elsewhere():
     v = inputs["xv"].reshape(1, 5, 2, 32).transpose(0, 2, 1, 3)
     ref = attention_ref(q, k, v, scale=float(np.float32(32 ** -0.5))).transpose(0, 2, 1, 3).reshape(1, 5, 64)
     assert_float_close(outs["y"], ref, "f32", ulps=64, atol=2e-6, what="attention")
+
+
+@pytest.mark.parametrize("with_padding", [False, True], ids=["causal-alone", "causal+padding"])
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_a_causal_mask_written_as_a_constant_becomes_the_causal_flag(device, t, with_padding):
+    # GPT-style prefill: a constant mask (0 at and below the diagonal, the type's lowest above),
+    # alone or added to a padding mask. Where attention fuses over rows, the node is causal (the
+    # kernels skip the keys after each query) with the padding mask, or none.
+    import json
+
+    size, heads, b, s = 32, 2, 2, 21
+    rng = rng_for("causal-constant", t, with_padding)
+    inputs = {n: sample(rng, (b, s, heads * size), t) for n in ("xq", "xk", "xv")}
+    lowest = float(np.finfo(NP_OF[t]).min)
+    causal = np.triu(np.full((s, s), lowest), 1)[None, None].astype(NP_OF[t])
+    padding = np.zeros((b, 1, 1, s), NP_OF[t])
+    padding[1, ..., s - 5:] = lowest
+    if with_padding:
+        inputs["padding"] = padding
+    def graph(network):
+        E = trt.ElementWiseOperation
+        dt = NP_OF[t]
+        tensors = {n: network.add_input(n, trt_type_of(a.dtype), a.shape) for n, a in inputs.items()}
+
+        def split(x):
+            sh = network.add_shuffle(x)
+            sh.reshape_dims = (0, 0, heads, size)
+            sh.second_transpose = (0, 2, 1, 3)
+            return sh.get_output(0)
+
+        q, k, v = (split(tensors[n]) for n in ("xq", "xk", "xv"))
+        scores = network.add_matrix_multiply(q, trt.MatrixOperation.NONE, k, trt.MatrixOperation.TRANSPOSE).get_output(0)
+        c = network.add_constant((1, 1, 1, 1), np.full((1, 1, 1, 1), size ** -0.5, dt)).get_output(0)
+        scores = network.add_elementwise(scores, c, E.PROD).get_output(0)
+        mask = network.add_constant(causal.shape, causal).get_output(0)
+        if with_padding:
+            mask = network.add_elementwise(mask, tensors["padding"], E.SUM).get_output(0)
+        scores = network.add_elementwise(scores, mask, E.SUM).get_output(0)
+        sm = network.add_softmax(scores)
+        sm.axes = 1 << 3
+        pv = network.add_matrix_multiply(sm.get_output(0), trt.MatrixOperation.NONE, v, trt.MatrixOperation.NONE)
+        pv.name = "context"
+        m = network.add_shuffle(pv.get_output(0))
+        m.first_transpose = (0, 2, 1, 3)
+        m.reshape_dims = (0, 0, heads * size)
+        y = m.get_output(0)
+        y.name = "y"
+        network.mark_output(y)
+
+    engine = build(graph, {n: a.shape for n, a in inputs.items()}, device)
+    nodes = [n for n in json.loads(engine.plan_json())["nodes"] if n["name"] == "context"]
+    if fuses(device, t):
+        assert nodes and nodes[0]["params"]["causal"] is True and "rows" in nodes[0]["params"], nodes
+        assert len(nodes[0]["inputs"]) == (4 if with_padding else 3)
+    y = engine.create_execution().run(inputs)["y"]
+
+    def heads_first(x):
+        return x.reshape(b, s, heads, size).transpose(0, 2, 1, 3)
+
+    scale = float(np.asarray(size ** -0.5, dtype=NP_OF[t]))
+    ref = attention_ref(heads_first(inputs["xq"]), heads_first(inputs["xk"]), heads_first(inputs["xv"]),
+                        mask=padding if with_padding else None, causal=True, scale=scale)
+    ref = ref.transpose(0, 2, 1, 3).reshape(b, s, heads * size)
+    slack = dict(ulps=2, atol=2e-3) if t == "f16" and not fuses(device, t) else tol(device, t)
+    assert_float_close(y, ref, t, **slack, what="causal attention")

@@ -298,7 +298,8 @@ struct PluginParams {
 // .. + head_size (key head n of key and value likewise, from k_offset / v_offset, kv_heads of
 // them); the output is [B, Sq, heads·head_size], what the output projection reads. No
 // transposes run around the attention then, and one merged Q/K/V product can feed all three
-// through the offsets. The mask keeps its [B, Nq, Sq, Skv] form.
+// through the offsets. The mask keeps its [B, Nq, Sq, Skv] form; such a node may be causal and
+// have a mask (a causal mask written as a constant, split from a padding mask).
 struct AttentionParams {
   AttentionNormalizationOp normalization = AttentionNormalizationOp::kSOFTMAX;
   bool causal = false;

@@ -123,6 +123,7 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
   record(builder::fuse_gelu(g));
   record(builder::fuse_attention(g, [&](const graph::Graph& gr, const graph::Node& n) { return backend.fuses_attention(gr, n); }));
   record(builder::merge_projections(g));
+  record(builder::dead_code(g));  // a mask the attention nodes no longer read (a causal constant's sum)
   record(builder::fuse_pointwise(g, [&](const graph::Graph& gr, const graph::Node& n, const graph::EpilogueOp& op) {
     return backend.can_fuse(gr, n, op);
   }));

@@ -501,6 +501,32 @@ Node* nan_guarded_probs(Graph& g, const std::vector<std::vector<int>>& readers, 
   return &n;
 }
 
+// Whether constant value v is a causal mask over s x s scores (leading dims 1): 0 where the key
+// is at or before the query, and a value no softmax weight survives above the diagonal (-inf, or
+// at most float16's lowest for 16-bit types, -1e30 for float32: what models add there).
+bool causal_constant(const Graph& g, int v, std::int64_t s) {
+  const auto& val = g.values[static_cast<std::size_t>(v)];
+  const Dims& d = val.desc.dims;
+  if (!val.constant || d.rank() != 4 || d[0] != 1 || d[1] != 1 || d[2] != s || d[3] != s || s <= 0 || s > 65536)
+    return false;
+  const double cut = val.desc.type == DataType::kFLOAT ? -1e30 : -65504.0;
+  const void* p = val.constant->values();
+  auto at = [&](std::int64_t i) -> double {
+    switch (val.desc.type) {
+      case DataType::kFLOAT: return static_cast<const float*>(p)[i];
+      case DataType::kHALF: return core::half_to_float(static_cast<const std::uint16_t*>(p)[i]);
+      case DataType::kBF16: return core::bf16_to_float(static_cast<const std::uint16_t*>(p)[i]);
+      default: return std::numeric_limits<double>::quiet_NaN();
+    }
+  };
+  for (std::int64_t i = 0; i < s; ++i)
+    for (std::int64_t j = 0; j < s; ++j) {
+      const double x = at(i * s + j);
+      if (j <= i ? x != 0.0 : !(x <= cut)) return false;
+    }
+  return true;
+}
+
 }  // namespace
 
 PassLog fuse_gelu(Graph& g) {
@@ -670,6 +696,31 @@ PassLog fuse_attention(Graph& g, const AttentionPolicy& accept) {
       const auto& md = g.values[static_cast<std::size_t>(mask)].desc;
       if (md.type != qd.type || md.dims.rank() != 4) continue;
       if (const int mp = g.values[static_cast<std::size_t>(mask)].producer; mp >= static_cast<int>(i)) continue;
+    }
+    // A causal mask written as a constant (alone, or added to a padding mask) becomes the node's
+    // causal flag: the kernels then skip the keys after each query instead of adding to them.
+    if (rows && mask >= 0) {
+      const std::int64_t sq = g.values[static_cast<std::size_t>(xq)].desc.dims[1];
+      const std::int64_t skv = g.values[static_cast<std::size_t>(xk)].desc.dims[1];
+      if (sq > 0 && sq == skv) {
+        if (causal_constant(g, mask, sq)) {
+          p.causal = true;
+          mask = -1;
+        } else if (const int mp = g.values[static_cast<std::size_t>(mask)].producer; mp >= 0) {
+          const Node& add = g.nodes[static_cast<std::size_t>(mp)];
+          const auto* ew = std::get_if<ElementWiseParams>(&add.params);
+          if (ew && ew->op == ElementWiseOperation::kSUM && add.inputs.size() == 2 && add.epilogue.empty()) {
+            for (int side = 0; side < 2 && !p.causal; ++side) {
+              const int c = add.inputs[static_cast<std::size_t>(side)], other = add.inputs[static_cast<std::size_t>(1 - side)];
+              const auto& od = g.values[static_cast<std::size_t>(other)].desc;
+              if (causal_constant(g, c, sq) && od.type == qd.type && od.dims.rank() == 4) {
+                p.causal = true;
+                mask = other;
+              }
+            }
+          }
+        }
+      }
     }
     Node candidate;
     candidate.name = pv.name;

@@ -48,7 +48,9 @@ PassLog fold_qdq(graph::Graph& g);
 // heads (a reshape to [B, S, N, H] and the transpose to [B, N, S, H]; [B, N, H, S] for a K
 // given transposed, the product's op1 NONE) and the output goes back to [B, S, N·H] through
 // the inverse shuffles, those shuffles go too: the node reads and writes the rows (the
-// sequence-major layout, AttentionParams::heads). The attention node takes the final
+// sequence-major layout, AttentionParams::heads). Such a node whose mask is a causal constant
+// (0 at and below the diagonal, -inf or a 16-bit type's lowest above), alone or added to
+// another mask, becomes causal with the other mask (or none). The attention node takes the final
 // product's place and name; the layers it absorbed are listed in Node::absorbed (tensoracle
 // inspect shows them as fused).
 // `accept` sees each candidate (the attention node as it would be) and may refuse it.

@@ -9,7 +9,7 @@ namespace {
 // The mask's strides, once the scores' shape is known.
 void check_mask(const Fail& fail, const AttentionParams& p, const TensorRef* mask, const TensorRef& q, AttentionShape& s) {
   if (!mask) return;
-  if (p.causal) fail("attention: a causal attention takes no mask");
+  if (p.causal && p.heads == 0) fail("attention: a causal attention takes no mask");
   checked_volume(fail, *mask, "attention", "the mask");
   if (mask->type != DataType::kBOOL && mask->type != q.type)
     fail("attention: the mask " + desc(*mask) + " must be bool or of the query's type " + tn(q.type));

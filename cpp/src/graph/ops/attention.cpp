@@ -33,7 +33,9 @@ void check_common(const AttentionParams& p, std::span<const TensorDesc> in, cons
     invalid("unknown normalization operation " + std::to_string(static_cast<int>(p.normalization)));
   if (!std::isfinite(p.scale)) invalid("scale " + std::to_string(p.scale) + " must be finite");
   if (in.size() == 4) {
-    if (p.causal) invalid("a causal attention takes no mask (TensorRT's rule): drop the mask or causal");
+    // (the builder's fused nodes of the sequence-major layout may have both: a causal mask written
+    // as a constant plus a padding mask)
+    if (p.causal && p.heads == 0) invalid("a causal attention takes no mask (TensorRT's rule): drop the mask or causal");
     if (in[3].type != DataType::kBOOL && in[3].type != in[0].type)
       invalid("input 3 (mask) has type " + tname(in[3].type) + "; it must be bool or the query's " + tname(in[0].type));
     if (in[3].dims.rank() != 4)
