@@ -14,6 +14,10 @@ Under pytest-xdist (-n N) each worker writes PATH.gwK and the comparison merges 
 
 The comparison counts the runs both sessions made (same test, same call index) and lists those
 whose bytes differ; tests only one build could run (a newer API) are counted apart.
+
+Timed tactic choice differs between runs, so two builds compared at the default level can differ
+where only the timing did. `--record-level N` makes every `BuilderSettings(...)` that does not
+name a level use N (1: the heuristic's first tactic, no timing), so both builds choose alike.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ _current = {"test": None}
 
 def pytest_addoption(parser):
     parser.addoption("--record-outputs", default=None, help="write every engine run's output digests here (JSON)")
+    parser.addoption("--record-level", type=int, default=None, help="optimization_level for settings that name none")
 
 
 def pytest_configure(config):
@@ -52,6 +57,16 @@ def pytest_configure(config):
         return out
 
     tensoracle.Execution.run = run
+
+    level = config.getoption("--record-level")
+    if level is not None:
+        settings = tensoracle.BuilderSettings
+
+        def settings_at_level(*args, **kwargs):
+            kwargs.setdefault("optimization_level", level)
+            return settings(*args, **kwargs)
+
+        tensoracle.BuilderSettings = settings_at_level
 
 
 def pytest_runtest_setup(item):
