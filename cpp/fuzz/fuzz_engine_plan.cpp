@@ -123,6 +123,33 @@ std::vector<std::byte> seed_engine() {
     merged->set_reshape_dims(Dims{0, 0, 32});
     merged->get_output(0)->set_name("rows");
     net.mark_output(merged->get_output(0));
+    // TensorRT 10's layers of issue 34 on the pooled features [2, 4, 3, 3]: scale, LRN,
+    // parametric ReLU, cumulative, scatter (ND) and one-hot
+    static const float coef[4] = {0.5f, 1.f, 1.5f, 2.f};
+    auto* sc = net.add_scale_nd(pool->get_output(0), ScaleMode::kCHANNEL, Weights(DataType::kFLOAT, coef, 4, nullptr),
+                                Weights(DataType::kFLOAT, coef, 4, nullptr), Weights(), 1);
+    auto* lrn = net.add_lrn(sc->get_output(0), 3, 0.2f, 0.75f, 1.f);
+    static const float slope = 0.25f;
+    auto* slope_t = net.add_constant({1, 1, 1, 1}, Weights(DataType::kFLOAT, &slope, 1, nullptr))->get_output(0);
+    auto* pr = net.add_parametric_relu(lrn->get_output(0), slope_t);
+    static const std::int32_t axis = 1;
+    auto* axis_t = net.add_constant(Dims{}, Weights(DataType::kINT32, &axis, 1, nullptr))->get_output(0);
+    auto* cum = net.add_cumulative(pr->get_output(0), axis_t, CumulativeOperation::kSUM, true, false);
+    static const std::int32_t cells[2][2] = {{0, 1}, {1, 3}};
+    auto* cells_t = net.add_constant({2, 2}, Weights(DataType::kINT32, cells, 4, nullptr))->get_output(0);
+    static const float rows_of_nine[18] = {};
+    auto* upd_t = net.add_constant({2, 3, 3}, Weights(DataType::kFLOAT, rows_of_nine, 18, nullptr))->get_output(0);
+    auto* sct = net.add_scatter(cum->get_output(0), cells_t, upd_t, ScatterMode::kND);
+    sct->get_output(0)->set_name("scattered");
+    net.mark_output(sct->get_output(0));
+    auto* hot_i = net.add_shape(x)->get_output(0);
+    static const float onoff[2] = {0.f, 1.f};
+    auto* onoff_t = net.add_constant({2}, Weights(DataType::kFLOAT, onoff, 2, nullptr))->get_output(0);
+    static const std::int64_t depth = 7;
+    auto* depth_t = net.add_constant(Dims{}, Weights(DataType::kINT64, &depth, 1, nullptr))->get_output(0);
+    auto* hot = net.add_one_hot(hot_i, onoff_t, depth_t, 0);
+    hot->get_output(0)->set_name("one_hot");
+    net.mark_output(hot->get_output(0));
   };
   EngineBuild d;
   d.inputs["x"] = InputShape::fixed({2, 4, 6, 6});

@@ -180,7 +180,16 @@ void bind_network(nb::module_& m) {
       .value("CONVOLUTION", LayerType::kCONVOLUTION).value("DECONVOLUTION", LayerType::kDECONVOLUTION)
       .value("POOLING", LayerType::kPOOLING).value("NORMALIZATION", LayerType::kNORMALIZATION)
       .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM).value("TOPK", LayerType::kTOPK).value("SHAPE", LayerType::kSHAPE)
-      .value("PLUGIN", LayerType::kPLUGIN).value("ATTENTION", LayerType::kATTENTION);
+      .value("PLUGIN", LayerType::kPLUGIN).value("ATTENTION", LayerType::kATTENTION).value("SCALE", LayerType::kSCALE)
+      .value("PARAMETRIC_RELU", LayerType::kPARAMETRIC_RELU).value("LRN", LayerType::kLRN)
+      .value("CUMULATIVE", LayerType::kCUMULATIVE).value("SCATTER", LayerType::kSCATTER).value("ONE_HOT", LayerType::kONE_HOT);
+  nb::enum_<ScaleMode>(m, "ScaleMode", nb::is_arithmetic())
+      .value("UNIFORM", ScaleMode::kUNIFORM).value("CHANNEL", ScaleMode::kCHANNEL).value("ELEMENTWISE", ScaleMode::kELEMENTWISE);
+  nb::enum_<ScatterMode>(m, "ScatterMode", nb::is_arithmetic()).value("ELEMENT", ScatterMode::kELEMENT).value("ND", ScatterMode::kND);
+  nb::enum_<ScatterReduction>(m, "ScatterReduction", nb::is_arithmetic())
+      .value("NONE", ScatterReduction::kNONE).value("SUM", ScatterReduction::kSUM).value("PROD", ScatterReduction::kPROD)
+      .value("MAX", ScatterReduction::kMAX).value("MIN", ScatterReduction::kMIN);
+  nb::enum_<CumulativeOperation>(m, "CumulativeOperation", nb::is_arithmetic()).value("SUM", CumulativeOperation::kSUM);
 
   nb::class_<Tensor>(m, "ITensor", "A tensor of a Network (owned by it)")
       .def_prop_rw("name", &Tensor::name, &Tensor::set_name)
@@ -295,6 +304,39 @@ void bind_network(nb::module_& m) {
       "mask", [](const AttentionLayer& l) { return l.mask(); },
       [](AttentionLayer& l, Tensor* t) { t->network().set_layer_input(&l, 3, t); }, kRef,
       "The optional mask (input 3): bool (true: attend) or the query's type (added to the scores)");
+  auto scale = nb::class_<ScaleLayer, Layer>(m, "IScaleLayer");
+  prop(scale, "mode", &ScaleParams::mode);
+  prop(scale, "channel_axis", &ScaleParams::channel_axis);
+  const char* const coefficient_names[3] = {"shift", "scale", "power"};
+  for (int which = 0; which < 3; ++which)
+    scale.def_prop_rw(
+        coefficient_names[which],
+        [which](const ScaleLayer& l) {
+          // The float32 coefficients of the constant input (one for the identity).
+          const auto& w = std::get<ConstantParams>(l.get_input(which + 1)->producer()->params()).weights;
+          const auto* v = static_cast<const float*>(w.values());
+          return std::vector<float>(v, v + w.count());
+        },
+        [which](ScaleLayer& l, nb::handle w) {
+          l.get_input(0)->network().set_scale_coefficients(&l, which, optional_weights(w, "scale coefficients"));
+        },
+        "coefficients (float32; set from an array, Weights or None: the identity)");
+  nb::class_<ParametricReluLayer, Layer>(m, "IParametricReLULayer");
+  auto lrn = nb::class_<LrnLayer, Layer>(m, "ILRNLayer");
+  prop(lrn, "window_size", &LrnParams::window);
+  prop(lrn, "alpha", &LrnParams::alpha);
+  prop(lrn, "beta", &LrnParams::beta);
+  prop(lrn, "k", &LrnParams::k);
+  auto cumulative = nb::class_<CumulativeLayer, Layer>(m, "ICumulativeLayer");
+  prop(cumulative, "op", &CumulativeParams::op);
+  prop(cumulative, "exclusive", &CumulativeParams::exclusive);
+  prop(cumulative, "reverse", &CumulativeParams::reverse);
+  auto scatter = nb::class_<ScatterLayer, Layer>(m, "IScatterLayer");
+  prop(scatter, "mode", &ScatterParams::mode);
+  prop(scatter, "axis", &ScatterParams::axis);
+  prop(scatter, "reduction", &ScatterParams::reduction);  // tensoracle's (TensorRT's scatter only replaces)
+  auto one_hot = nb::class_<OneHotLayer, Layer>(m, "IOneHotLayer");
+  prop(one_hot, "axis", &OneHotParams::axis);
   auto padding = nb::class_<PaddingLayer, Layer>(m, "IPaddingLayer");
   prop(padding, "pre_padding_nd", &PaddingParams::pre_padding);
   prop(padding, "post_padding_nd", &PaddingParams::post_padding);
@@ -429,6 +471,29 @@ void bind_network(nb::module_& m) {
            nb::arg("axesMask"), kRef)
       .def("add_resize", &Network::add_resize, nb::arg("input"), kRef)
       .def("add_einsum", &Network::add_einsum, nb::arg("inputs"), nb::arg("equation"), kRef)
+      .def(
+          "add_scale",
+          [](Network& n, Tensor* x, ScaleMode mode, nb::handle shift, nb::handle scale, nb::handle power) {
+            return n.add_scale(x, mode, optional_weights(shift, "scale shift"), optional_weights(scale, "scale scale"),
+                               optional_weights(power, "scale power"));
+          },
+          nb::arg("input"), nb::arg("mode"), nb::arg("shift") = nb::none(), nb::arg("scale") = nb::none(),
+          nb::arg("power") = nb::none(), kRef)
+      .def(
+          "add_scale_nd",
+          [](Network& n, Tensor* x, ScaleMode mode, nb::handle shift, nb::handle scale, nb::handle power, std::int32_t axis) {
+            return n.add_scale_nd(x, mode, optional_weights(shift, "scale shift"), optional_weights(scale, "scale scale"),
+                                  optional_weights(power, "scale power"), axis);
+          },
+          nb::arg("input"), nb::arg("mode"), nb::arg("shift") = nb::none(), nb::arg("scale") = nb::none(),
+          nb::arg("power") = nb::none(), nb::arg("channel_axis") = 1, kRef)
+      .def("add_parametric_relu", &Network::add_parametric_relu, nb::arg("input"), nb::arg("slopes"), kRef)
+      .def("add_lrn", &Network::add_lrn, nb::arg("input"), nb::arg("window"), nb::arg("alpha"), nb::arg("beta"), nb::arg("k"),
+           kRef)
+      .def("add_cumulative", &Network::add_cumulative, nb::arg("input"), nb::arg("axis"), nb::arg("op"), nb::arg("exclusive"),
+           nb::arg("reverse"), kRef)
+      .def("add_scatter", &Network::add_scatter, nb::arg("data"), nb::arg("indices"), nb::arg("updates"), nb::arg("mode"), kRef)
+      .def("add_one_hot", &Network::add_one_hot, nb::arg("indices"), nb::arg("values"), nb::arg("depth"), nb::arg("axis"), kRef)
       .def("add_attention", &Network::add_attention, nb::arg("query"), nb::arg("key"), nb::arg("value"),
            nb::arg("norm_op"), nb::arg("causal"), kRef)
       .def(

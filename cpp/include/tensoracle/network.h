@@ -58,7 +58,8 @@ enum class LayerType : std::int32_t {
   kQUANTIZE = 6, kDEQUANTIZE = 7, kSHUFFLE = 8, kIDENTITY = 9, kUNARY = 10, kREDUCE = 11,
   kSOFTMAX = 12, kCONCATENATION = 13, kSLICE = 14, kGATHER = 15, kSELECT = 16, kPADDING = 17,
   kCONVOLUTION = 18, kDECONVOLUTION = 19, kPOOLING = 20, kNORMALIZATION = 21, kRESIZE = 22,
-  kEINSUM = 23, kTOPK = 24, kSHAPE = 25, kPLUGIN = 26, kATTENTION = 27,
+  kEINSUM = 23, kTOPK = 24, kSHAPE = 25, kPLUGIN = 26, kATTENTION = 27, kSCALE = 28,
+  kPARAMETRIC_RELU = 29, kLRN = 30, kCUMULATIVE = 31, kSCATTER = 32, kONE_HOT = 33,
 };
 
 enum class UnaryOperation : std::int32_t {
@@ -71,6 +72,17 @@ enum class UnaryOperation : std::int32_t {
 enum class ReduceOperation : std::int32_t { kSUM = 0, kPROD = 1, kMAX = 2, kMIN = 3, kAVG = 4 };
 
 enum class TopKOperation : std::int32_t { kMAX = 0, kMIN = 1 };
+
+// Scale: how many coefficients shift, scale and power hold (TensorRT's ScaleMode): one for the
+// whole tensor, one per channel, or one per element of the dims from the channel axis on.
+enum class ScaleMode : std::int32_t { kUNIFORM = 0, kCHANNEL = 1, kELEMENTWISE = 2 };
+
+enum class ScatterMode : std::int32_t { kELEMENT = 0, kND = 1 };
+// How a scatter combines an update with the element it lands on (tensoracle's, for ONNX's
+// ScatterElements / ScatterND reductions; TensorRT's scatter only replaces: kNONE).
+enum class ScatterReduction : std::int32_t { kNONE = 0, kSUM = 1, kPROD = 2, kMAX = 3, kMIN = 4 };
+
+enum class CumulativeOperation : std::int32_t { kSUM = 0 };
 
 enum class AttentionNormalizationOp : std::int32_t { kNONE = 0, kSOFTMAX = 1 };
 
@@ -311,13 +323,65 @@ struct AttentionParams {
   std::int64_t q_offset = 0, k_offset = 0, v_offset = 0;
 };
 
+// y = (x · scale + shift)^power, element by element (TensorRT's IScaleLayer). Inputs 1, 2 and 3
+// are float32 constants holding shift, scale and power: each has 1 coefficient (the whole
+// tensor), or the mode's count (kCHANNEL: the size of dim channel_axis; kELEMENTWISE: the
+// product of the dims from channel_axis on). Network::add_scale makes them from Weights (an
+// empty one: 0, 1, 1). A power of 1 computes no power (negative bases stay exact).
+struct ScaleParams {
+  ScaleMode mode = ScaleMode::kUNIFORM;
+  std::int32_t channel_axis = 1;
+};
+// y = x >= 0 ? x : slope · x; input 1 (slope, x's type) broadcasts to x (TensorRT's rule).
+struct ParametricReluParams {};
+// Local response normalization across channels (dim 1 of a tensor of rank >= 3):
+//   y = x / (k + alpha / window · Σ x²)^beta, the sum over channels
+//   c - (window - 1) / 2 .. c + window / 2 (ONNX's LRN and TensorRT's ILRNLayer).
+struct LrnParams {
+  std::int32_t window = 1;
+  float alpha = 1e-4f, beta = 0.75f, k = 1.f;
+};
+// Running sum along `axis` (TensorRT's ICumulativeLayer: the axis is a constant 0-D tensor when
+// the layer is added, kept here). exclusive: element i sums the elements before it; reverse:
+// from the axis's end.
+struct CumulativeParams {
+  CumulativeOperation op = CumulativeOperation::kSUM;
+  std::int32_t axis = 0;
+  bool exclusive = false, reverse = false;
+};
+// A copy of data (input 0) with elements replaced by updates (input 2) at indices (input 1,
+// int32 or int64, negative counting from the end; TensorRT's IScatterLayer):
+//   kELEMENT: out[..., indices[i..], ...] (at `axis`) = updates[i..]; indices and updates have
+//     data's rank and the same dims, each within data's except along the axis.
+//   kND: indices [..., q]; out[indices[j][0..q)] = updates[j] (a slice of data's dims q..):
+//     updates' dims are indices' leading dims then data's dims from q.
+// An index outside its dim fails the run on the CPU and skips that element on CUDA. Where two
+// indices name one element, which update wins is undefined (as in TensorRT and ONNX) with
+// kNONE; the other reductions (tensoracle's; float and int32/int64 data) combine every update
+// with the element, in the updates' order, on both backends alike.
+struct ScatterParams {
+  ScatterMode mode = ScatterMode::kELEMENT;
+  std::int32_t axis = 0;
+  ScatterReduction reduction = ScatterReduction::kNONE;
+};
+// One-hot encoding (TensorRT's IOneHotLayer): inputs 0 indices (int32/int64), 1 values [2]
+// (off, on: the output's type). The output has indices' dims with `depth` inserted at `axis`
+// (-1: last; counted on the output's rank): on where the index equals the position along it
+// (a negative index counts from depth's end), off elsewhere; an index outside [-depth, depth)
+// gives all off. depth is a constant 0-D tensor when the layer is added, kept here.
+struct OneHotParams {
+  std::int32_t axis = -1;
+  std::int64_t depth = 1;
+};
+
 using LayerParams =
     std::variant<InputParams, ConstantParams, MatrixMultiplyParams, ElementWiseParams,
                  ActivationParams, CastParams, QuantizeParams, DequantizeParams, ShuffleParams,
                  IdentityParams, UnaryParams, ReduceParams, SoftmaxParams, ConcatenationParams,
                  SliceParams, GatherParams, SelectParams, PaddingParams, ConvolutionParams,
                  DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams,
-                 TopKParams, ShapeParams, PluginParams, AttentionParams>;
+                 TopKParams, ShapeParams, PluginParams, AttentionParams, ScaleParams,
+                 ParametricReluParams, LrnParams, CumulativeParams, ScatterParams, OneHotParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -462,6 +526,12 @@ class PoolingLayer : public ParamLayer<PoolingParams> {};
 class NormalizationLayer : public ParamLayer<NormalizationParams> {};
 class ResizeLayer : public ParamLayer<ResizeParams> {};
 class EinsumLayer : public ParamLayer<EinsumParams> {};
+class ScaleLayer : public ParamLayer<ScaleParams> {};
+class ParametricReluLayer : public ParamLayer<ParametricReluParams> {};
+class LrnLayer : public ParamLayer<LrnParams> {};
+class CumulativeLayer : public ParamLayer<CumulativeParams> {};
+class ScatterLayer : public ParamLayer<ScatterParams> {};
+class OneHotLayer : public ParamLayer<OneHotParams> {};
 class AttentionLayer : public ParamLayer<AttentionParams> {
  public:
   Tensor* mask() const { return num_inputs() > 3 ? get_input(3) : nullptr; }
@@ -526,6 +596,21 @@ class Network : public std::enable_shared_from_this<Network> {
   // Attention over query [B, Nq, Sq, H], key and value [B, Nkv, Skv, H] (see AttentionParams);
   // the mask, when there is one, is set as input 3 with set_layer_input.
   AttentionLayer* add_attention(Tensor* query, Tensor* key, Tensor* value, AttentionNormalizationOp op, bool causal);
+  // (x · scale + shift)^power (ScaleParams); empty Weights are the identity. The coefficients
+  // are copied (float32, float16 or bfloat16 Weights, stored as float32) into constant inputs
+  // 1..3. add_scale's channel axis is the third dim from the end (TensorRT's: C of [N,] C, H, W).
+  ScaleLayer* add_scale(Tensor* x, ScaleMode mode, Weights shift, Weights scale, Weights power);
+  ScaleLayer* add_scale_nd(Tensor* x, ScaleMode mode, Weights shift, Weights scale, Weights power,
+                           std::int32_t channel_axis);
+  // Replaces a scale's shift (which 0), scale (1) or power (2) coefficients (empty: identity).
+  void set_scale_coefficients(ScaleLayer* layer, int which, Weights w);
+  ParametricReluLayer* add_parametric_relu(Tensor* x, Tensor* slope);
+  LrnLayer* add_lrn(Tensor* x, std::int32_t window, float alpha, float beta, float k);
+  // `axis` must be a 0-D int32/int64 tensor a constant layer produces (as in TensorRT).
+  CumulativeLayer* add_cumulative(Tensor* x, Tensor* axis, CumulativeOperation op, bool exclusive, bool reverse);
+  ScatterLayer* add_scatter(Tensor* data, Tensor* indices, Tensor* updates, ScatterMode mode);
+  // `depth` must be a 0-D int32/int64 tensor a constant layer produces (as in TensorRT).
+  OneHotLayer* add_one_hot(Tensor* indices, Tensor* values, Tensor* depth, std::int32_t axis);
   // A plugin layer: creator `name` / `version` in `plugin_namespace` of a plugin library loaded
   // in this process (load_plugin_libraries, or `plugins` of build_serialized_engine and
   // open_engine: the builder loads them before calling the graph function), made from `fields`

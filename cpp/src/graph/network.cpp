@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "core/numeric.h"
 #include "graph/ops.h"
 #include "plugin/registry.h"
 #include "tensoracle/errors.h"
@@ -377,6 +378,101 @@ DeconvolutionLayer* Network::add_deconvolution_nd(Tensor* x, std::int32_t maps, 
   p.num_output_maps = maps;
   p.kernel_size = kernel_size;
   return add_layer<DeconvolutionLayer>(LayerType::kDECONVOLUTION, p, in);
+}
+
+namespace {
+
+// Scale coefficients as float32 (TensorRT takes them in the input's type or float32); an
+// empty Weights is `identity`, one coefficient.
+Weights scale_coefficients(const Weights& w, float identity, const std::string& layer, const char* which) {
+  std::vector<float> v;
+  if (w.count() == 0) {
+    v.push_back(identity);
+  } else {
+    v.resize(static_cast<std::size_t>(w.count()));
+    for (std::int64_t i = 0; i < w.count(); ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      switch (w.type()) {
+        case DataType::kFLOAT: v[u] = static_cast<const float*>(w.values())[i]; break;
+        case DataType::kHALF: v[u] = core::half_to_float(static_cast<const std::uint16_t*>(w.values())[i]); break;
+        case DataType::kBF16: v[u] = core::bf16_to_float(static_cast<const std::uint16_t*>(w.values())[i]); break;
+        default:
+          throw InvalidArgument("[network] layer '" + layer + "': " + which + " weights have type " +
+                                std::string(type_name(w.type())) + "; scale takes float32, float16 or bfloat16");
+      }
+    }
+  }
+  return Weights::copy_of(DataType::kFLOAT, v.data(), static_cast<std::int64_t>(v.size()));
+}
+
+// The value of a 0-D int32/int64 tensor a constant layer produces (a cumulative's axis, a
+// one-hot's depth).
+std::int64_t constant_scalar(const Tensor* t, const std::string& layer, const char* what) {
+  if (t == nullptr) throw InvalidArgument("[network] layer '" + layer + "': " + what + " is null");
+  const Layer* p = t->producer();
+  if (p == nullptr || p->type() != LayerType::kCONSTANT || t->dims().rank() != 0)
+    throw InvalidArgument("[network] layer '" + layer + "': " + what + " ('" + t->name() +
+                          "') must be a 0-D int32 or int64 tensor made by a constant layer");
+  const auto values = graph::shape_values_of(std::get<ConstantParams>(p->params()).weights);
+  if (!values || values->size() != 1)
+    throw InvalidArgument("[network] layer '" + layer + "': " + what + " ('" + t->name() +
+                          "') must hold one int32 or int64 value");
+  return values->front();
+}
+
+}  // namespace
+
+ScaleLayer* Network::add_scale(Tensor* x, ScaleMode mode, Weights shift, Weights scale, Weights power) {
+  check_tensor(x, unique_layer_name(LayerType::kSCALE), 0);
+  return add_scale_nd(x, mode, std::move(shift), std::move(scale), std::move(power), std::max(0, x->dims().rank() - 3));
+}
+
+void Network::set_scale_coefficients(ScaleLayer* layer, int which, Weights w) {
+  if (layer == nullptr || which < 0 || which > 2)
+    throw InvalidArgument("[network] set_scale_coefficients: a scale layer and which 0 (shift), 1 (scale) or 2 (power)");
+  const char* names[3] = {"shift", "scale", "power"};
+  const Weights c = scale_coefficients(w, which == 0 ? 0.f : 1.f, layer->name(), names[which]);
+  set_layer_input(layer, which + 1, add_hidden_constant(layer->name() + "." + names[which] + "_" + std::to_string(layers_.size()),
+                                                        flat(c.count()), c));
+}
+
+ScaleLayer* Network::add_scale_nd(Tensor* x, ScaleMode mode, Weights shift, Weights scale, Weights power,
+                                  std::int32_t channel_axis) {
+  std::string name = unique_layer_name(LayerType::kSCALE);
+  check_tensor(x, name, 0);
+  Weights w[3] = {scale_coefficients(shift, 0.f, name, "shift"), scale_coefficients(scale, 1.f, name, "scale"),
+                  scale_coefficients(power, 1.f, name, "power")};
+  const char* suffix[3] = {".shift", ".scale", ".power"};
+  std::vector<Tensor*> in{x};
+  for (int i = 0; i < 3; ++i) in.push_back(add_hidden_constant(name + suffix[i], flat(w[i].count()), w[i]));
+  return add_layer<ScaleLayer>(LayerType::kSCALE, ScaleParams{mode, channel_axis}, in);
+}
+
+ParametricReluLayer* Network::add_parametric_relu(Tensor* x, Tensor* slope) {
+  return add_layer<ParametricReluLayer>(LayerType::kPARAMETRIC_RELU, ParametricReluParams{}, {x, slope});
+}
+
+LrnLayer* Network::add_lrn(Tensor* x, std::int32_t window, float alpha, float beta, float k) {
+  return add_layer<LrnLayer>(LayerType::kLRN, LrnParams{window, alpha, beta, k}, {x});
+}
+
+CumulativeLayer* Network::add_cumulative(Tensor* x, Tensor* axis, CumulativeOperation op, bool exclusive, bool reverse) {
+  const std::int64_t a = constant_scalar(axis, unique_layer_name(LayerType::kCUMULATIVE), "the axis (input 1)");
+  if (a < -Dims::kMaxRank || a >= Dims::kMaxRank)
+    throw InvalidArgument("[network] layer '" + unique_layer_name(LayerType::kCUMULATIVE) + "': axis " +
+                          std::to_string(a) + " is out of range");
+  CumulativeParams p{op, static_cast<std::int32_t>(a), exclusive, reverse};
+  return add_layer<CumulativeLayer>(LayerType::kCUMULATIVE, p, {x});
+}
+
+ScatterLayer* Network::add_scatter(Tensor* data, Tensor* indices, Tensor* updates, ScatterMode mode) {
+  return add_layer<ScatterLayer>(LayerType::kSCATTER, ScatterParams{mode, 0, ScatterReduction::kNONE}, {data, indices, updates});
+}
+
+OneHotLayer* Network::add_one_hot(Tensor* indices, Tensor* values, Tensor* depth, std::int32_t axis) {
+  const std::string name = unique_layer_name(LayerType::kONE_HOT);
+  const std::int64_t d = constant_scalar(depth, name, "depth (input 2)");
+  return add_layer<OneHotLayer>(LayerType::kONE_HOT, OneHotParams{axis, d}, {indices, values});
 }
 
 PoolingLayer* Network::add_pooling_nd(Tensor* x, PoolingType type, const Dims& window) {

@@ -249,4 +249,75 @@ i64 check_resize(const Fail& fail, const ResizeParams& p, const TensorRef& x, co
   return n;
 }
 
+ScatterShape check_scatter(const Fail& fail, const ScatterParams& p, const TensorRef& data, const TensorRef& indices,
+                           const TensorRef& updates, const TensorRef& out) {
+  ScatterShape s;
+  s.n = checked_volume(fail, data, "scatter", "the data");
+  const i64 ni = checked_volume(fail, indices, "scatter", "the indices");
+  s.nu = checked_volume(fail, updates, "scatter", "the updates");
+  checked_volume(fail, out, "scatter", "the output");
+  if (indices.type != DataType::kINT32 && indices.type != DataType::kINT64)
+    fail("scatter: the indices have type " + tn(indices.type) + "; indices are int32 or int64");
+  if (updates.type != data.type || out.type != data.type || !(out.dims == data.dims))
+    fail("scatter: the updates " + desc(updates) + " and the output " + desc(out) + " must have the data's type (data " +
+         desc(data) + ") and the output its dims");
+  if (p.reduction != ScatterReduction::kNONE && !is_float_type(data.type) && data.type != DataType::kINT32 &&
+      data.type != DataType::kINT64)
+    fail("scatter: a reduction takes float or int32/int64 data, not " + tn(data.type));
+  if (static_cast<int>(p.reduction) < 0 || static_cast<int>(p.reduction) > static_cast<int>(ScatterReduction::kMIN))
+    fail("scatter: unknown reduction " + num(static_cast<int>(p.reduction)));
+  const Dims &D = data.dims, &I = indices.dims, &U = updates.dims;
+  const int r = D.rank(), q = I.rank();
+  if (p.mode == ScatterMode::kELEMENT) {
+    const int axis = p.axis < 0 ? p.axis + r : p.axis;
+    if (axis < 0 || axis >= r) fail("scatter: axis " + num(p.axis) + " is out of range for the data " + D.str());
+    if (!(I == U) || q != r) fail("scatter: the indices " + I.str() + " and updates " + U.str() + " must have one shape of the data's rank");
+    for (int k = 0; k < r; ++k)
+      if (k != axis && I[k] > D[k]) fail("scatter: the indices " + I.str() + " exceed the data " + D.str() + " in dim " + num(k));
+    s.axis = axis;
+    s.lines = U[axis] > 0 ? s.nu / U[axis] : 0;
+    s.line_inner = prod(U, axis + 1, r);
+    return s;
+  }
+  if (p.mode != ScatterMode::kND) fail("scatter: unknown mode " + num(static_cast<int>(p.mode)));
+  if (q < 1 || I[q - 1] < 1 || I[q - 1] > r)
+    fail("scatter: ND indices " + I.str() + " must end in a dim of 1.." + num(r) + " (data " + D.str() + ")");
+  s.depth = I[q - 1];
+  s.rows = prod(I, 0, q - 1);
+  s.slice = prod(D, static_cast<int>(s.depth), r);
+  std::vector<i64> want;
+  for (int k = 0; k < q - 1; ++k) want.push_back(I[k]);
+  for (int k = static_cast<int>(s.depth); k < r; ++k) want.push_back(D[k]);
+  if (!(U == Dims{std::span<const i64>(want)}))
+    fail("scatter: ND updates " + U.str() + " must be " + Dims{std::span<const i64>(want)}.str() + " (indices " + I.str() +
+         ", data " + D.str() + ")");
+  (void)ni;
+  return s;
+}
+
+OneHotShape check_one_hot(const Fail& fail, const OneHotParams& p, const TensorRef& indices, const TensorRef& values,
+                          const TensorRef& out) {
+  OneHotShape s;
+  checked_volume(fail, indices, "one_hot", "the indices");
+  const i64 nv = checked_volume(fail, values, "one_hot", "the values");
+  s.n = checked_volume(fail, out, "one_hot", "the output");
+  if (indices.type != DataType::kINT32 && indices.type != DataType::kINT64)
+    fail("one_hot: the indices have type " + tn(indices.type) + "; indices are int32 or int64");
+  if (nv != 2 || values.type != out.type) fail("one_hot: the values " + desc(values) + " must be [2] of the output's type " + tn(out.type));
+  const Dims& I = indices.dims;
+  const int r = I.rank();
+  const int axis = p.axis < 0 ? p.axis + r + 1 : p.axis;
+  if (axis < 0 || axis > r || p.depth < 1) fail("one_hot: axis " + num(p.axis) + " or depth " + num(p.depth) + " is out of range");
+  std::vector<i64> want;
+  for (int k = 0; k < axis; ++k) want.push_back(I[k]);
+  want.push_back(p.depth);
+  for (int k = axis; k < r; ++k) want.push_back(I[k]);
+  if (!(out.dims == Dims{std::span<const i64>(want)}))
+    fail("one_hot: the output " + desc(out) + " must be " + Dims{std::span<const i64>(want)}.str());
+  s.outer = prod(I, 0, axis);
+  s.depth = p.depth;
+  s.inner = prod(I, axis, r);
+  return s;
+}
+
 }  // namespace tensoracle::backends::common

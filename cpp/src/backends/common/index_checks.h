@@ -52,4 +52,26 @@ TopKShape check_topk(const Fail& fail, const TopKParams& p, const TensorRef& x, 
 // volume. Past it, when that is not 0, no input dim is empty.
 i64 check_resize(const Fail& fail, const ResizeParams& p, const TensorRef& x, const TensorRef& out);
 
+// A scatter's checks (ScatterParams).
+struct ScatterShape {
+  i64 n = 0;        // the data's (and output's) volume
+  i64 nu = 0;       // the updates' volume
+  int axis = 0;     // ELEMENT: the scattered dim
+  i64 depth = 0;    // ND: the indices' last dim (data dims each index tuple picks)
+  i64 rows = 0;     // ND: index tuples
+  i64 slice = 0;    // ND: elements each tuple's update holds (data's dims from depth on)
+  // ELEMENT: the updates' lines along the axis (nu / updates' dim there) and the stride of the
+  // axis in the updates; a reduction runs each line in order (lines never share a target).
+  i64 lines = 0, line_inner = 1;
+};
+ScatterShape check_scatter(const Fail& fail, const ScatterParams& p, const TensorRef& data, const TensorRef& indices,
+                           const TensorRef& updates, const TensorRef& out);
+// A one-hot's checks: the output is [outer, depth, inner] with indices [outer, inner].
+struct OneHotShape {
+  i64 n = 0;
+  i64 outer = 1, depth = 1, inner = 1;
+};
+OneHotShape check_one_hot(const Fail& fail, const OneHotParams& p, const TensorRef& indices, const TensorRef& values,
+                          const TensorRef& out);
+
 }  // namespace tensoracle::backends::common

@@ -115,4 +115,54 @@ QuantizeShape check_quantize(const Fail& fail, bool quantize, const TensorRef& x
   return s;
 }
 
+ScaleShape check_scale(const Fail& fail, const ScaleParams& p, const TensorRef& x, const TensorRef& shift,
+                       const TensorRef& scale, const TensorRef& power, const TensorRef& out) {
+  ScaleShape s;
+  s.n = checked_volume(fail, x, "scale", "the input");
+  checked_volume(fail, out, "scale", "the output");
+  check_float(fail, x, "scale", "the input");
+  if (out.type != x.type || !(out.dims == x.dims)) fail("scale: the output " + desc(out) + " differs from the input " + desc(x));
+  const Dims& d = x.dims;
+  const int r = d.rank();
+  if (p.mode == ScaleMode::kCHANNEL || p.mode == ScaleMode::kELEMENTWISE) {
+    const int axis = p.channel_axis < 0 ? p.channel_axis + r : p.channel_axis;
+    if (axis < 0 || axis >= r) fail("scale: channel_axis " + num(p.channel_axis) + " is out of range for " + d.str());
+    if (p.mode == ScaleMode::kCHANNEL) {
+      s.count = d[axis];
+      s.inner = prod(d, axis + 1, r);
+    } else {
+      s.count = prod(d, axis, r);
+    }
+  } else if (p.mode != ScaleMode::kUNIFORM) {
+    fail("scale: unknown mode " + num(static_cast<int>(p.mode)));
+  }
+  const TensorRef* w[3] = {&shift, &scale, &power};
+  const char* names[3] = {"the shift", "the scale", "the power"};
+  for (int i = 0; i < 3; ++i) {
+    const i64 c = checked_volume(fail, *w[i], "scale", names[i]);
+    if (w[i]->type != DataType::kFLOAT) fail(std::string("scale: ") + names[i] + " has type " + tn(w[i]->type) + ", not float32");
+    if (c != 1 && c != s.count)
+      fail(std::string("scale: ") + names[i] + " has " + num(c) + " coefficients; the input " + d.str() + " needs " +
+           num(s.count) + " or one");
+    s.single[i] = c == 1;
+  }
+  if (s.count == 0) s.count = 1;  // an empty input: no element reads a coefficient
+  if (s.inner == 0) s.inner = 1;
+  return s;
+}
+
+BroadcastPlan<2> check_parametric_relu(const Fail& fail, const TensorRef& x, const TensorRef& slope, const TensorRef& out,
+                                       i64& n) {
+  n = checked_volume(fail, x, "parametric_relu", "the input");
+  checked_volume(fail, slope, "parametric_relu", "the slope");
+  checked_volume(fail, out, "parametric_relu", "the output");
+  check_float(fail, x, "parametric_relu", "the input");
+  if (slope.type != x.type) fail("parametric_relu: the slope " + desc(slope) + " must have the input's type " + tn(x.type));
+  if (out.type != x.type || !(out.dims == x.dims))
+    fail("parametric_relu: the output " + desc(out) + " differs from the input " + desc(x));
+  const Dims* const ins[2] = {&x.dims, &slope.dims};
+  if (!broadcasts(ins, out.dims)) fail("parametric_relu: the slope " + slope.dims.str() + " does not broadcast to " + x.dims.str());
+  return broadcast_plan(ins, out.dims);
+}
+
 }  // namespace tensoracle::backends::common

@@ -27,6 +27,22 @@ BroadcastPlan<2> check_elementwise(const Fail& fail, ElementWiseOperation op, co
 i64 check_select(const Fail& fail, const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input,
                  const TensorRef& out);
 
+// ---- scale, parametric ReLU ---------------------------------------------------------------------
+
+// A scale's checks (ScaleParams). Element e of x reads coefficient (e / inner) % count of an
+// operand whose `single[i]` is false (shift, scale, power), coefficient 0 of the others.
+struct ScaleShape {
+  i64 n = 0;
+  i64 inner = 1, count = 1;
+  bool single[3] = {true, true, true};
+};
+ScaleShape check_scale(const Fail& fail, const ScaleParams& p, const TensorRef& x, const TensorRef& shift,
+                       const TensorRef& scale, const TensorRef& power, const TensorRef& out);
+// A parametric ReLU's checks (the slope broadcasting to x); sets n to the volume and returns
+// the broadcast walk of x and the slope.
+BroadcastPlan<2> check_parametric_relu(const Fail& fail, const TensorRef& x, const TensorRef& slope, const TensorRef& out,
+                                       i64& n);
+
 // ---- unary -----------------------------------------------------------------------------------
 
 // Throws "unary: <op> does not take <type>".

@@ -122,4 +122,38 @@ i64 check_normalization_operand(const Fail& fail, const TensorRef& t, const Dims
   return n;
 }
 
+namespace {
+
+AxisShape along(const Fail& fail, const char* kernel, int axis_param, const TensorRef& x, const TensorRef& out) {
+  AxisShape a;
+  a.n = checked_volume(fail, x, kernel, "the input");
+  checked_volume(fail, out, kernel, "the output");
+  if (out.type != x.type || !(out.dims == x.dims))
+    fail(std::string(kernel) + ": the output " + desc(out) + " differs from the input " + desc(x));
+  const int r = x.dims.rank();
+  const int axis = axis_param < 0 ? axis_param + r : axis_param;
+  if (axis < 0 || axis >= r) fail(std::string(kernel) + ": axis " + num(axis_param) + " is out of range for " + x.dims.str());
+  a.outer = prod(x.dims, 0, axis);
+  a.dim = x.dims[axis];
+  a.inner = prod(x.dims, axis + 1, r);
+  return a;
+}
+
+}  // namespace
+
+AxisShape check_cumulative(const Fail& fail, const CumulativeParams& p, const TensorRef& x, const TensorRef& out) {
+  if (p.op != CumulativeOperation::kSUM) fail("cumulative: unknown operation " + num(static_cast<int>(p.op)));
+  const DataType t = x.type;
+  if (!is_float_type(t) && t != DataType::kINT32 && t != DataType::kINT64)
+    fail("cumulative: the input has type " + tn(t) + "; cumulative takes float32, float16, bfloat16, int32 or int64");
+  return along(fail, "cumulative", p.axis, x, out);
+}
+
+AxisShape check_lrn(const Fail& fail, const LrnParams& p, const TensorRef& x, const TensorRef& out) {
+  check_float(fail, x, "lrn", "the input");
+  if (x.dims.rank() < 3) fail("lrn: the input " + desc(x) + " must have rank 3 or more");
+  if (p.window < 1 || p.window > 1024) fail("lrn: window " + num(p.window) + " is outside 1..1024");
+  return along(fail, "lrn", 1, x, out);
+}
+
 }  // namespace tensoracle::backends::common

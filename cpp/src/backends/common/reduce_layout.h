@@ -47,4 +47,13 @@ i64 check_normalization(const Fail& fail, const NormalizationParams& p, const Te
 // Returns its volume.
 i64 check_normalization_operand(const Fail& fail, const TensorRef& t, const Dims& x, const char* name, i64* strides);
 
+// A layer that runs along one axis of its input (cumulative: its axis; LRN: the channels, dim
+// 1): the input is [outer, dim, inner].
+struct AxisShape {
+  i64 n = 0;
+  i64 outer = 1, dim = 1, inner = 1;
+};
+AxisShape check_cumulative(const Fail& fail, const CumulativeParams& p, const TensorRef& x, const TensorRef& out);
+AxisShape check_lrn(const Fail& fail, const LrnParams& p, const TensorRef& x, const TensorRef& out);
+
 }  // namespace tensoracle::backends::common

@@ -62,6 +62,10 @@ std::size_t convolution_workspace_bytes(const ConvolutionParams& p, const Tensor
 void convolution(const ConvolutionParams& p, const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
                  const TensorRef& out, void* workspace);
 
+// ops/cumulative.cpp
+// Running sum along p.axis (CumulativeParams); out may alias x.
+void cumulative(const CumulativeParams& p, const TensorRef& x, const TensorRef& out);
+
 // ops/deconvolution.cpp
 std::size_t deconvolution_workspace_bytes(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& out);
 void deconvolution(const DeconvolutionParams& p, const TensorRef& x, const TensorRef& kernel, const TensorRef* bias,
@@ -84,6 +88,10 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
 // Copies x to out (same type and volume).
 void copy(const TensorRef& x, const TensorRef& out);
 
+// ops/lrn.cpp
+// Local response normalization across dim 1 (LrnParams).
+void lrn(const LrnParams& p, const TensorRef& x, const TensorRef& out);
+
 // ops/matrix_multiply.cpp
 // C = op0(A) x op1(B) with batch broadcasting (see graph/ops/matrix_multiply.cpp for the shape rules).
 // `workspace` must hold matmul_workspace_bytes(...) bytes.
@@ -96,6 +104,14 @@ void matmul(const MatrixMultiplyParams& p, const TensorRef& a, const TensorRef& 
 // mask (and over each group's channels when num_groups > 1); scale and bias broadcast into x.
 void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
                    const TensorRef& out);
+
+// ops/one_hot.cpp
+// OneHotParams; values: [off, on] of the output's type.
+void one_hot(const OneHotParams& p, const TensorRef& indices, const TensorRef& values, const TensorRef& out);
+
+// ops/parametric_relu.cpp
+// y = x >= 0 ? x : slope · x, the slope broadcasting to x.
+void parametric_relu(const TensorRef& x, const TensorRef& slope, const TensorRef& out);
 
 // ops/padding.cpp
 void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out);
@@ -116,6 +132,16 @@ void reduce(const ReduceParams& p, const TensorRef& x, const TensorRef& out);
 
 // ops/resize.cpp
 void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out);
+
+// ops/scale.cpp
+// (x · scale + shift)^power (ScaleParams; shift, scale and power float32 of 1 or the mode's count).
+void scale(const ScaleParams& p, const TensorRef& x, const TensorRef& shift, const TensorRef& scale, const TensorRef& power,
+           const TensorRef& out);
+
+// ops/scatter.cpp
+// The data with the updates written at the indices (ScatterParams); out may alias data.
+void scatter(const ScatterParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& updates,
+             const TensorRef& out);
 
 // ops/select.cpp
 void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out);

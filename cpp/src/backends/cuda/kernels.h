@@ -61,6 +61,10 @@ void concatenation(int axis, std::span<const TensorRef> inputs, const TensorRef&
 
 // ops/convolution.cu: ConvolutionKernel (conv.h).
 
+// ops/cumulative.cu
+// Running sum along p.axis (CumulativeParams); out may alias x.
+void cumulative(const CumulativeParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
 // ops/deconvolution.cu: DeconvolutionKernel (conv.h).
 
 // ops/einsum.cu: EinsumKernel (conv.h).
@@ -82,6 +86,10 @@ void gather(const GatherParams& p, const TensorRef& data, const TensorRef& indic
 // Same type and volume; a device-to-device copy.
 void copy(const TensorRef& x, const TensorRef& out, cudaStream_t stream);
 
+// ops/lrn.cu
+// Local response normalization across dim 1 (LrnParams).
+void lrn(const LrnParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
 // ops/matrix_multiply.cu
 // out = float(acc) * (*scale_a * *scale_b), rounded once to out's float type: an int8 GEMM's
 // int32 sums (acc) scaled by its operands' per-tensor float32 scales (device pointers). With a
@@ -93,6 +101,14 @@ void scale_accumulator(const TensorRef& acc, const void* scale_a, const void* sc
 // ops/normalization.cu
 void normalization(const NormalizationParams& p, const TensorRef& x, const TensorRef& scale, const TensorRef& bias,
                    const TensorRef& out, cudaStream_t stream);
+
+// ops/one_hot.cu
+// OneHotParams; values: [off, on] of the output's type.
+void one_hot(const OneHotParams& p, const TensorRef& indices, const TensorRef& values, const TensorRef& out, cudaStream_t stream);
+
+// ops/parametric_relu.cu
+// y = x >= 0 ? x : slope · x, the slope broadcasting to x.
+void parametric_relu(const TensorRef& x, const TensorRef& slope, const TensorRef& out, cudaStream_t stream);
 
 // ops/padding.cu
 void padding(const PaddingParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
@@ -124,6 +140,16 @@ bool reduce_splits(const ReduceParams& p, const Dims& x);
 
 // ops/resize.cu
 void resize(const ResizeParams& p, const TensorRef& x, const TensorRef& out, cudaStream_t stream);
+
+// ops/scale.cu
+// (x · scale + shift)^power (ScaleParams; shift, scale and power float32 of 1 or the mode's count).
+void scale(const ScaleParams& p, const TensorRef& x, const TensorRef& shift, const TensorRef& scale, const TensorRef& power,
+           const TensorRef& out, cudaStream_t stream);
+
+// ops/scatter.cu
+// The data with the updates written at the indices (ScatterParams); out may alias data.
+void scatter(const ScatterParams& p, const TensorRef& data, const TensorRef& indices, const TensorRef& updates,
+             const TensorRef& out, cudaStream_t stream);
 
 // ops/select.cu
 void select(const TensorRef& condition, const TensorRef& then_input, const TensorRef& else_input, const TensorRef& out,

@@ -13,7 +13,7 @@ namespace tensoracle {
 namespace graph {
 
 namespace ops {
-extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp, kAttentionOp;
+extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp, kAttentionOp, kScaleOp, kParametricReluOp, kLrnOp, kCumulativeOp, kScatterOp, kOneHotOp;
 }  // namespace ops
 
 namespace {
@@ -48,6 +48,12 @@ const OpTraits* const kOps[] = {
     &ops::kShapeOp,
     &ops::kPluginOp,
     &ops::kAttentionOp,
+    &ops::kScaleOp,
+    &ops::kParametricReluOp,
+    &ops::kLrnOp,
+    &ops::kCumulativeOp,
+    &ops::kScatterOp,
+    &ops::kOneHotOp,
 };
 static_assert(std::size(kOps) == std::variant_size_v<LayerParams>, "one op unit per LayerParams alternative");
 

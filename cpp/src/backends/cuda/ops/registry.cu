@@ -12,7 +12,7 @@
 namespace tensoracle::cuda {
 
 namespace ops {
-extern const OpKernel kMatrixMultiplyKernel, kElementwiseKernel, kActivationKernel, kCastKernel, kQuantizeKernel, kDequantizeKernel, kShuffleKernel, kIdentityKernel, kUnaryKernel, kReduceKernel, kSoftmaxKernel, kConcatenationKernel, kSliceKernel, kGatherKernel, kSelectKernel, kPaddingKernel, kConvolutionKernel, kDeconvolutionKernel, kPoolingKernel, kNormalizationKernel, kResizeKernel, kEinsumKernel, kTopkKernel, kPluginKernel, kAttentionKernel;
+extern const OpKernel kMatrixMultiplyKernel, kElementwiseKernel, kActivationKernel, kCastKernel, kQuantizeKernel, kDequantizeKernel, kShuffleKernel, kIdentityKernel, kUnaryKernel, kReduceKernel, kSoftmaxKernel, kConcatenationKernel, kSliceKernel, kGatherKernel, kSelectKernel, kPaddingKernel, kConvolutionKernel, kDeconvolutionKernel, kPoolingKernel, kNormalizationKernel, kResizeKernel, kEinsumKernel, kTopkKernel, kPluginKernel, kAttentionKernel, kScaleKernel, kParametricReluKernel, kLrnKernel, kCumulativeKernel, kScatterKernel, kOneHotKernel;
 }  // namespace ops
 
 namespace {
@@ -48,6 +48,12 @@ const OpKernel* const kKernels[] = {
     nullptr,  // shape
     &ops::kPluginKernel,
     &ops::kAttentionKernel,
+    &ops::kScaleKernel,
+    &ops::kParametricReluKernel,
+    &ops::kLrnKernel,
+    &ops::kCumulativeKernel,
+    &ops::kScatterKernel,
+    &ops::kOneHotKernel,
 };
 static_assert(std::size(kKernels) == std::variant_size_v<LayerParams>, "one entry per LayerParams alternative");
 
