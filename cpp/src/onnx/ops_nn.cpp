@@ -224,6 +224,14 @@ Converter global_pool(ReduceOperation op) {
 }
 
 // y = x * a + b with a = scale / sqrt(var + eps), b = bias - mean * a, per channel.
+void lrn(NodeContext& c) {
+  const std::int64_t size = c.attr_int("size", 0);
+  if (size < 1 || size > 1024) fail(OnnxErrorCode::kINVALID_NODE, "size " + std::to_string(size) + " is outside 1..1024");
+  auto* layer = c.net().add_lrn(c.input(0), static_cast<std::int32_t>(size), c.attr_float("alpha", 1e-4f),
+                                c.attr_float("beta", 0.75f), c.attr_float("bias", 1.f));
+  c.output(0, layer->get_output(0));
+}
+
 void batch_norm(NodeContext& c) {
   auto& im = c.im();
   if (c.attr_int("training_mode", 0) != 0 || c.wants_output(1) || c.wants_output(2))
@@ -474,6 +482,7 @@ void dequantize_linear(NodeContext& c) {
 
 void add_nn_ops(ConverterTable& t) {
   t["Conv"] = conv;
+  t["LRN"] = lrn;
   t["ConvTranspose"] = conv_transpose;
   t["MaxPool"] = pool(PoolingType::kMAX);
   t["AveragePool"] = pool(PoolingType::kAVERAGE);

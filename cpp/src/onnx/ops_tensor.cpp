@@ -845,6 +845,41 @@ void one_hot(NodeContext& c) {
   c.output(0, c.net().add_select(hot, on, off)->get_output(0));
 }
 
+// ScatterElements (and opset 9's Scatter) and ScatterND, with their reductions (opsets 16, 18).
+ScatterReduction scatter_reduction(NodeContext& c) {
+  const std::string r = c.attr_string("reduction", "none");
+  if (r == "none") return ScatterReduction::kNONE;
+  if (r == "add") return ScatterReduction::kSUM;
+  if (r == "mul") return ScatterReduction::kPROD;
+  if (r == "max") return ScatterReduction::kMAX;
+  if (r == "min") return ScatterReduction::kMIN;
+  fail(OnnxErrorCode::kINVALID_NODE, "unknown reduction '" + r + "'");
+}
+
+void scatter_as(NodeContext& c, ScatterMode mode) {
+  Tensor* data = c.input(0);
+  auto* s = c.net().add_scatter(data, c.input(1), c.input(2), mode);
+  auto p = s->get();
+  if (mode == ScatterMode::kELEMENT) p.axis = c.axis(c.attr_int("axis", 0), data->dims().rank());
+  p.reduction = scatter_reduction(c);
+  s->set(p);
+  c.output(0, s->get_output(0));
+}
+
+void scatter_elements(NodeContext& c) { scatter_as(c, ScatterMode::kELEMENT); }
+
+void scatter_nd(NodeContext& c) { scatter_as(c, ScatterMode::kND); }
+
+void cum_sum(NodeContext& c) {
+  Tensor* x = c.input(0);
+  const auto axis = c.input_ints(1, "axis");
+  if (axis.size() != 1) fail(OnnxErrorCode::kINVALID_NODE, "axis must hold one value");
+  const int a = c.axis(axis[0], x->dims().rank());
+  auto* layer = c.net().add_cumulative(x, c.im().constant_i64({a}, Dims{}), CumulativeOperation::kSUM,
+                                       c.attr_int("exclusive", 0) != 0, c.attr_int("reverse", 0) != 0);
+  c.output(0, layer->get_output(0));
+}
+
 }  // namespace
 
 void add_tensor_ops(ConverterTable& t) {
@@ -876,6 +911,10 @@ void add_tensor_ops(ConverterTable& t) {
   t["SpaceToDepth"] = space_to_depth;
   t["Trilu"] = trilu;
   t["OneHot"] = one_hot;
+  t["Scatter"] = scatter_elements;
+  t["ScatterElements"] = scatter_elements;
+  t["ScatterND"] = scatter_nd;
+  t["CumSum"] = cum_sum;
 }
 
 }  // namespace tensoracle::onnx
