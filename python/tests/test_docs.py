@@ -21,7 +21,7 @@ DOCS = ROOT / "docs"
 PAGES = sorted(p for p in DOCS.glob("*.md") if p.name != "architecture.md")
 RUNNER = pathlib.Path(__file__).with_name("docs_runner.py")
 # The guide's reading order (index.md links them in this order).
-ORDER = ["install", "quickstart", "graphs", "onnx", "engines", "execution", "precision", "compare", "optimization",
+ORDER = ["install", "quickstart", "graphs", "tensorrt", "onnx", "engines", "execution", "precision", "compare", "optimization",
          "plugins", "convert", "cli", "errors", "performance"]
 
 
