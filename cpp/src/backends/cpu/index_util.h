@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,33 @@ void by_size(std::size_t size, const char* kernel, F&& f) {
     case 8: f(std::uint64_t{}); break;
     default: fail(std::string(kernel) + ": unsupported element size " + std::to_string(size));
   }
+}
+
+// ---- indices (gather, scatter) ------------------------------------------------------------
+
+// Records the first out-of-range index seen by any thread.
+struct BadIndex {
+  std::atomic<bool> seen{false};
+  i64 value = 0, dim = 0;
+  void report(i64 v, i64 d) {
+    bool expected = false;
+    if (seen.compare_exchange_strong(expected, true)) {
+      value = v;
+      dim = d;
+    }
+  }
+};
+
+// Maps an index in [-dim, dim) to [0, dim); false when outside.
+inline bool normalize_index(i64& v, i64 dim) {
+  if (v < -dim || v >= dim) return false;
+  if (v < 0) v += dim;
+  return true;
+}
+
+inline i64 load_index(const void* p, DataType t, i64 i) {
+  return t == DataType::kINT32 ? static_cast<i64>(static_cast<const std::int32_t*>(p)[i])
+                               : static_cast<const std::int64_t*>(p)[i];
 }
 
 // ---- float element access ----------------------------------------------------------------

@@ -2,7 +2,6 @@
 // output is the data with the updates written at the indices. An out-of-range index is recorded
 // inside the parallel loop and thrown after it (nothing is written out of bounds).
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -18,10 +17,6 @@ namespace tensoracle::cpu {
 using namespace indexing;  // index_util.h
 
 namespace {
-
-inline i64 index_at(const void* p, DataType t, i64 i) {
-  return t == DataType::kINT32 ? static_cast<i64>(static_cast<const std::int32_t*>(p)[i]) : static_cast<const std::int64_t*>(p)[i];
-}
 
 // Combines update b into element a (ScatterReduction; never kNONE here): floats on their float32
 // values, rounded to the type after each update; integers wrapping around.
@@ -39,9 +34,9 @@ inline V combine(ScatterReduction r, V a, V b) {
 // land on one element in order (ELEMENT: a line along the axis; ND: one position inside the
 // slices, over the index tuples), lines in parallel: deterministic, and no two threads write
 // one element.
-template <class Apply, class Report>
+template <class Apply>
 void reduce_in_order(const backends::common::ScatterShape& s, const ScatterParams& p, const TensorRef& data,
-                     const TensorRef& indices, const TensorRef& updates, Apply&& apply, Report&& report) {
+                     const TensorRef& indices, const TensorRef& updates, Apply&& apply, BadIndex& bad) {
   const Dims &D = data.dims, &U = updates.dims;
   const int r = D.rank();
   i64 ds[Dims::kMaxRank];
@@ -63,12 +58,12 @@ void reduce_in_order(const backends::common::ScatterShape& s, const ScatterParam
         const i64 first = (line / s.line_inner) * along * s.line_inner + line % s.line_inner;
         for (i64 j = 0; j < along; ++j) {
           const i64 u = first + j * s.line_inner;
-          i64 v = index_at(indices.data, indices.type, u);
-          if (v < -dim || v >= dim) {
-            report(v, dim);
+          const i64 raw = load_index(indices.data, indices.type, u);
+          i64 v = raw;
+          if (!normalize_index(v, dim)) {
+            bad.report(raw, dim);
             continue;
           }
-          if (v < 0) v += dim;
           apply(base + v * ds[axis], u);
         }
       }
@@ -81,11 +76,12 @@ void reduce_in_order(const backends::common::ScatterShape& s, const ScatterParam
         i64 off = 0;
         bool ok = true;
         for (i64 m = 0; m < s.depth && ok; ++m) {
-          i64 v = index_at(indices.data, indices.type, row * s.depth + m);
+          const i64 raw = load_index(indices.data, indices.type, row * s.depth + m);
+          i64 v = raw;
           const i64 dim = D[static_cast<int>(m)];
-          ok = v >= -dim && v < dim;
-          if (!ok) report(v, dim);
-          off += (v < 0 ? v + dim : v) * ds[static_cast<int>(m)];
+          ok = normalize_index(v, dim);
+          if (!ok) bad.report(raw, dim);
+          off += v * ds[static_cast<int>(m)];
         }
         if (ok) apply(off + inside, row * s.slice + inside);
       }
@@ -106,15 +102,7 @@ void scatter(const ScatterParams& p, const TensorRef& data, const TensorRef& ind
   strides_of(D, ds);
   auto* dst = static_cast<std::byte*>(out.data);
   const auto* src = static_cast<const std::byte*>(updates.data);
-  std::atomic<bool> bad{false};
-  std::atomic<i64> bad_value{0}, bad_dim{0};
-  auto report = [&](i64 v, i64 d) {
-    bool expected = false;
-    if (bad.compare_exchange_strong(expected, true)) {
-      bad_value = v;
-      bad_dim = d;
-    }
-  };
+  BadIndex bad;
   if (p.reduction != ScatterReduction::kNONE) {
     auto integer = [&](auto zero) {
       using I = decltype(zero);
@@ -126,7 +114,7 @@ void scatter(const ScatterParams& p, const TensorRef& data, const TensorRef& ind
         if (p.reduction == ScatterReduction::kSUM) y[t] = static_cast<I>(a + b);
         else if (p.reduction == ScatterReduction::kPROD) y[t] = static_cast<I>(a * b);
         else y[t] = combine(p.reduction, y[t], w[u]);
-      }, report);
+      }, bad);
     };
     if (data.type == DataType::kINT32) integer(std::int32_t{0});
     else if (data.type == DataType::kINT64) integer(std::int64_t{0});
@@ -137,7 +125,7 @@ void scatter(const ScatterParams& p, const TensorRef& data, const TensorRef& ind
         const auto* w = static_cast<const typename S::T*>(updates.data);
         reduce_in_order(s, p, data, indices, updates, [&](i64 t, i64 u) {
           y[t] = S::store(combine(p.reduction, S::load(y[t]), S::load(w[u])));
-        }, report);
+        }, bad);
       });
   } else if (p.mode == ScatterMode::kELEMENT) {
     const Dims& U = updates.dims;
@@ -147,13 +135,13 @@ void scatter(const ScatterParams& p, const TensorRef& data, const TensorRef& ind
       for (i64 row = begin; row < end; ++row) {
         for (i64 j = 0; j < inner; ++j) {
           const i64 u = row * inner + j;
-          i64 v = index_at(indices.data, indices.type, u);
+          const i64 raw = load_index(indices.data, indices.type, u);
+          i64 v = raw;
           const i64 dim = D[s.axis];
-          if (v < -dim || v >= dim) {
-            report(v, dim);
+          if (!normalize_index(v, dim)) {
+            bad.report(raw, dim);
             continue;
           }
-          if (v < 0) v += dim;
           i64 off = 0;
           for (int k = 0; k < r - 1; ++k) off += (k == s.axis ? v : at.idx[k]) * ds[k];
           off += (r - 1 == s.axis ? v : j) * ds[r - 1];
@@ -169,23 +157,23 @@ void scatter(const ScatterParams& p, const TensorRef& data, const TensorRef& ind
         i64 off = 0;
         bool ok = true;
         for (i64 m = 0; m < s.depth; ++m) {
-          i64 v = index_at(indices.data, indices.type, row * s.depth + m);
+          const i64 raw = load_index(indices.data, indices.type, row * s.depth + m);
+          i64 v = raw;
           const i64 dim = D[static_cast<int>(m)];
-          if (v < -dim || v >= dim) {
-            report(v, dim);
+          if (!normalize_index(v, dim)) {
+            bad.report(raw, dim);
             ok = false;
             break;
           }
-          if (v < 0) v += dim;
           off += v * ds[static_cast<int>(m)];
         }
         if (ok) std::memcpy(dst + off * static_cast<i64>(es), src + row * slice_bytes, static_cast<std::size_t>(slice_bytes));
       }
     }, std::max<i64>(1, kParallelMin / std::max<i64>(1, s.slice)));
   }
-  if (bad)
-    fail("scatter: index " + num(bad_value) + " is out of range for a dimension of size " + num(bad_dim) + " (valid: [" +
-         num(-bad_dim) + ", " + num(bad_dim - 1) + "])");
+  if (bad.seen)
+    fail("scatter: index " + num(bad.value) + " is out of range for a dimension of size " + num(bad.dim) + " (valid: [" +
+         num(-bad.dim) + ", " + num(bad.dim - 1) + "])");
 }
 
 namespace ops {
