@@ -311,9 +311,15 @@ void bind_network(nb::module_& m) {
   for (int which = 0; which < 3; ++which)
     scale.def_prop_rw(
         coefficient_names[which],
-        [which](const ScaleLayer& l) {
-          // The float32 coefficients of the constant input (one for the identity).
-          const auto& w = std::get<ConstantParams>(l.get_input(which + 1)->producer()->params()).weights;
+        [which, coefficient_names](const ScaleLayer& l) {
+          // The float32 coefficients of the constant input (one for the identity); a tensor set
+          // with set_input has no weights to read.
+          const Tensor* t = l.get_input(which + 1);
+          const Layer* producer = t->producer();
+          if (producer == nullptr || producer->type() != LayerType::kCONSTANT)
+            throw InvalidArgument("[network] layer '" + l.name() + "': its " + coefficient_names[which] + " is tensor '" +
+                                  t->name() + "', not weights");
+          const auto& w = std::get<ConstantParams>(producer->params()).weights;
           const auto* v = static_cast<const float*>(w.values());
           return std::vector<float>(v, v + w.count());
         },

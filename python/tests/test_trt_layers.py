@@ -102,6 +102,17 @@ def test_scale_coefficients_can_be_set_after_the_layer(device):
     assert np.array_equal(y, x * np.array([2.0, 3.0], np.float32).reshape(1, 2, 1, 1) + 1)
 
 
+def test_scale_coefficients_from_a_tensor_are_not_weights():
+    net = tensoracle.Network()
+    x = net.add_input("x", trt.float32, (2, 3, 4, 5))
+    s = net.add_input("s", trt.float32, (3,))
+    layer = net.add_scale(x, trt.ScaleMode.CHANNEL)
+    layer.set_input(2, s)
+    with pytest.raises(tensoracle.InvalidArgument, match=r"its scale is tensor 's', not weights"):
+        layer.scale
+    assert list(layer.shift) == [0.0]
+
+
 def test_scale_refuses_a_wrong_coefficient_count():
     net = tensoracle.Network()
     x = net.add_input("x", trt.float32, (2, 3, 4, 5))
