@@ -14,7 +14,7 @@ NINJA   := $(VENV)/bin/ninja
 FUZZ_SECONDS ?= 30
 
 CPP_SOURCES := $(shell find cpp -type f \( -name '*.cpp' -o -name '*.h' -o -name 'CMakeLists.txt' -o -name '*.cmake' \))
-PY_SOURCES  := $(shell find python/native python/src -type f) python/CMakeLists.txt python/pyproject.toml
+PY_SOURCES  := $(shell find python/native python/src -type f) python/CMakeLists.txt python/pyproject.toml python/tensoracle-as-tensorrt.pth
 # The CUDA wheels' folder (cuBLASLt when the toolkit has none), looked up when the recipe runs:
 # setup may have just installed it.
 CUDA_WHEELS  = $$(ls -d $(abspath $(VENV))/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -1)

@@ -150,6 +150,18 @@ std::vector<std::byte> seed_engine() {
     auto* hot = net.add_one_hot(hot_i, onoff_t, depth_t, 0);
     hot->get_output(0)->set_name("one_hot");
     net.mark_output(hot->get_output(0));
+    static const std::int64_t one_axis[1] = {0};
+    auto* one_axis_t = net.add_constant({1}, Weights(DataType::kINT64, one_axis, 1, nullptr))->get_output(0);
+    auto* unsq = net.add_unsqueeze(x, one_axis_t);
+    auto* sq = net.add_squeeze(unsq->get_output(0), one_axis_t);
+    static const std::int32_t lens[4] = {2, 0, 1, 2};
+    auto* lens_t = net.add_constant({4}, Weights(DataType::kINT32, lens, 4, nullptr))->get_output(0);
+    auto* rev = net.add_reverse_sequence(sq->get_output(0), lens_t);
+    rev->get_output(0)->set_name("reversed");
+    net.mark_output(rev->get_output(0));
+    auto* fill = net.add_fill({5}, FillOperation::kRANDOM_NORMAL, DataType::kHALF);
+    fill->get_output(0)->set_name("filled");
+    net.mark_output(fill->get_output(0));
   };
   EngineBuild d;
   d.inputs["x"] = InputShape::fixed({2, 4, 6, 6});

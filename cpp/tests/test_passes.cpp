@@ -274,3 +274,65 @@ TEST(Passes, AttentionFusionLeavesSharedScoresAndRefusedCandidates) {
   EXPECT_EQ(refused.nodes.size(), 5u);
   EXPECT_TRUE(log.changes.empty());
 }
+
+TEST(Passes, WeakTypingLowersFloat32LayersButKeepsReductionsAndTheIO) {
+  // x -> product with constant weights -> relu -> (output "act") -> reduce -> (output "sum")
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {2, 3});
+  auto* w = net.add_constant({3, 2}, floats({1, 2, 3, 4, 5, 6}))->get_output(0);
+  auto* mm = net.add_matrix_multiply(x, MatrixOperation::kNONE, w, MatrixOperation::kNONE);
+  mm->set_name("mm");
+  auto* relu = net.add_activation(mm->get_output(0), ActivationType::kRELU);
+  relu->set_name("relu");
+  relu->get_output(0)->set_name("act");
+  net.mark_output(relu->get_output(0));
+  auto* sum = net.add_reduce(relu->get_output(0), ReduceOperation::kSUM, 0b11, false);
+  sum->set_name("sum");
+  sum->get_output(0)->set_name("total");
+  net.mark_output(sum->get_output(0));
+
+  Graph g = graph::from_network(net);
+  Graph unchanged = g;
+  EXPECT_TRUE(builder::lower_precision(unchanged, DataType::kFLOAT, {}).changes.empty());
+  EXPECT_EQ(node_names(unchanged), node_names(g));
+
+  auto log = builder::lower_precision(g, DataType::kHALF, {});
+  graph::verify(g, "lower_precision");
+  // a cast of x, the lowered product and relu, relu's output cast back for the network (and the
+  // reduction, which stays float32 and reads that float32 output)
+  EXPECT_EQ(node_names(g), (std::vector<std::string>{"x/float16", "mm", "relu", "relu/float32", "sum"}));
+  ASSERT_EQ(log.changes.size(), 2u);
+  EXPECT_NE(log.changes[1].find("output 'act' cast back to float32"), std::string::npos);
+  const auto& mm_node = g.nodes[1];
+  EXPECT_EQ(mm_node.main_desc.type, DataType::kHALF);
+  const auto& weights = g.values[static_cast<std::size_t>(mm_node.inputs[1])];
+  ASSERT_TRUE(weights.constant.has_value());
+  EXPECT_EQ(weights.desc.type, DataType::kHALF);
+  EXPECT_EQ(static_cast<const std::uint16_t*>(weights.constant->values())[5], 0x4600);  // 6.0 in float16
+  EXPECT_EQ(g.nodes[4].main_desc.type, DataType::kFLOAT);
+  EXPECT_EQ(g.values[static_cast<std::size_t>(g.nodes[4].inputs[0])].name, "act");
+  for (int v : g.outputs) EXPECT_EQ(g.values[static_cast<std::size_t>(v)].desc.type, DataType::kFLOAT);
+  EXPECT_EQ(g.values[static_cast<std::size_t>(g.inputs[0])].desc.type, DataType::kFLOAT);
+  // the float32 weights are gone: no node reads them
+  for (const auto& v : g.values)
+    if (v.constant) EXPECT_EQ(v.desc.type, DataType::kHALF);
+}
+
+TEST(Passes, WeakTypingKeepsWhatThePolicyRefuses) {
+  Network net;
+  auto* x = net.add_input("x", DataType::kFLOAT, {4});
+  auto* a = net.add_activation(x, ActivationType::kRELU);
+  a->set_name("relu");
+  a->get_output(0)->set_name("r");
+  auto* t = net.add_activation(a->get_output(0), ActivationType::kTANH);
+  t->set_name("tanh");
+  net.mark_output(t->get_output(0));
+  Graph g = graph::from_network(net);
+  auto refuse_tanh = [](const Graph&, const graph::Node& n) { return n.name != "tanh"; };
+  builder::lower_precision(g, DataType::kBF16, refuse_tanh);
+  builder::dead_code(g);
+  graph::verify(g, "lower_precision");
+  EXPECT_EQ(node_names(g), (std::vector<std::string>{"x/bfloat16", "relu", "r/float32", "tanh"}));
+  EXPECT_EQ(g.nodes[1].main_desc.type, DataType::kBF16);
+  EXPECT_EQ(g.nodes[3].main_desc.type, DataType::kFLOAT);
+}

@@ -6,9 +6,9 @@
 //
 // Shapes: an input with -1 dims takes min/opt/max from --minShapes/--optShapes/--maxShapes (all
 // three), else --shapes (fixed), else the build stops naming it. Precision flags: the network is
-// strongly typed (what the model's types and Q/DQ nodes say is what runs), so --int8 and --fp8
-// (explicit quantization) and --best change nothing and say so; --fp16/--bf16 (TensorRT's weak
-// typing: let the builder lower float32 layers) are refused, not ignored.
+// weakly typed as TensorRT's: --fp16 (and --best) or --bf16 let the builder compute float32
+// layers in that type (BuilderSettings::weak_precision; reductions and normalizations stay
+// float32); --int8 and --fp8 change nothing and say so (quantization is the model's Q/DQ nodes).
 #include <fmt/core.h>
 
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,41 @@
 namespace tensoracle::tools {
 
 namespace {
+
+// The build's progress (a ProgressMonitor) on stdout, with the command's clock: each part of
+// the build as a line when it ends (steps and seconds); on a terminal, also a bar redrawn in
+// place while a part runs (tactic timing on CUDA is the long one).
+class ProgressLines final : public ProgressMonitor {
+ public:
+  explicit ProgressLines(std::function<double()> seconds) : seconds_(std::move(seconds)), tty_(::isatty(STDOUT_FILENO) == 1) {}
+  void phase_start(const std::string& phase, const std::string& parent, int num_steps) override {
+    if (parent.empty()) return;  // the whole build: the command prints its own lines around it
+    steps_ = num_steps;
+    started_ = seconds_();
+  }
+  bool step_complete(const std::string& phase, int step) override {
+    if (tty_ && steps_ > 0 && phase != "Building engine") {
+      constexpr int kWidth = 30;
+      const int done = (step + 1) * kWidth / steps_;
+      fmt::print("\r[{:6.2f} s]   {} [{}{}] {}/{}", seconds_(), phase, std::string(static_cast<std::size_t>(done), '#'),
+                 std::string(static_cast<std::size_t>(kWidth - done), '.'), step + 1, steps_);
+      std::fflush(stdout);
+    }
+    return true;
+  }
+  void phase_finish(const std::string& phase) override {
+    if (phase == "Building engine") return;
+    fmt::print("{}[{:6.2f} s]   {}: {} step{} in {:.2f} s\n", tty_ ? "\r\x1b[K" : "", seconds_(), phase, steps_,
+               steps_ == 1 ? "" : "s", seconds_() - started_);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::function<double()> seconds_;
+  bool tty_;
+  int steps_ = 0;
+  double started_ = 0;
+};
 
 struct Options {
   std::string model;
@@ -89,18 +125,13 @@ int run(const Options& o) {
   if (path.empty()) throw InvalidArgument("[build] no model: tensoracle build MODEL.onnx (or --onnx=MODEL.onnx)");
   if (!o.onnx.empty() && !o.model.empty() && o.onnx != o.model)
     throw InvalidArgument("[build] two models: '" + o.model + "' and --onnx='" + o.onnx + "'");
-  if (o.fp16 || o.bf16)
-    throw UnsupportedError(std::string("[build] --") + (o.fp16 ? "fp16" : "bf16") +
-                           " asks the builder to lower float32 layers (TensorRT's weak typing); tensoracle builds the "
-                           "network with the types the model gives. Export the model in that precision, or add Cast / "
-                           "QuantizeLinear nodes where it should change");
   if (o.iterations < 1 || o.warmup_ms < 0 || o.duration_s < 0)
     throw InvalidArgument("[build] --iterations must be >= 1, --warmUp and --duration >= 0");
   if (o.threads < 0) throw InvalidArgument("[build] --threads must be >= 0 (0: all cores)");
   if (o.threads > 0) set_cpu_threads(o.threads);
-  if (o.int8 || o.fp8 || o.best)
-    fmt::print("note: --int8 / --fp8 / --best change nothing: the network is strongly typed, so quantized layers are "
-               "the model's QuantizeLinear / DequantizeLinear nodes\n");
+  if (o.int8 || o.fp8)
+    fmt::print("note: --int8 / --fp8 change nothing: quantized layers are the model's QuantizeLinear / "
+               "DequantizeLinear nodes (explicit quantization)\n");
 
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -143,8 +174,15 @@ int run(const Options& o) {
   decl.settings.optimization_level = o.level;
   decl.settings.device = o.device;
   if (!o.mem_pool.empty()) decl.settings.workspace_limit = workspace_bytes(o.mem_pool);
+  decl.settings.progress = std::make_shared<ProgressLines>(seconds);
+  // TensorRT's weak typing: --fp16 (or --best, which trtexec reads as every precision) first, then --bf16
+  if (o.fp16 || o.best) decl.settings.weak_precision = DataType::kHALF;
+  else if (o.bf16) decl.settings.weak_precision = DataType::kBF16;
 
-  fmt::print("[{:6.2f} s] building for {} (optimization level {})\n", seconds(), o.device, o.level);
+  fmt::print("[{:6.2f} s] building for {} (optimization level {}{})\n", seconds(), o.device, o.level,
+             decl.settings.weak_precision == DataType::kFLOAT
+                 ? std::string()
+                 : ", float32 layers in " + std::string(type_name(decl.settings.weak_precision)) + " where they may");
   std::fflush(stdout);
   auto bytes = build_serialized_network(net, decl);
   Engine engine = Engine::deserialize(bytes);
@@ -200,11 +238,11 @@ Command add_build(CLI::App& app) {
       ->type_name("POOL:SIZE");
   sub->add_option("--builderOptimizationLevel", o->level, "0..5 (default 3): >= 2 times candidate kernels");
   sub->add_option("--device", o->device, "cpu, cuda:N or auto (default)");
-  sub->add_flag("--fp16", o->fp16, "refused: the network is strongly typed (see --help's text)");
-  sub->add_flag("--bf16", o->bf16, "refused: the network is strongly typed");
+  sub->add_flag("--fp16", o->fp16, "compute float32 layers in float16 where they may (weak typing)");
+  sub->add_flag("--bf16", o->bf16, "compute float32 layers in bfloat16 where they may (weak typing)");
   sub->add_flag("--int8", o->int8, "accepted: quantization is the model's Q/DQ nodes");
   sub->add_flag("--fp8", o->fp8, "accepted: quantization is the model's Q/DQ nodes");
-  sub->add_flag("--best", o->best, "accepted: the model's types are what runs");
+  sub->add_flag("--best", o->best, "every precision: as --fp16 here (quantization is the model's Q/DQ nodes)");
   sub->add_option("--iterations", o->iterations, "timed iterations, at least (default 10)");
   sub->add_option("--warmUp", o->warmup_ms, "warm up for this many milliseconds (default 200)")->type_name("MS");
   sub->add_option("--duration", o->duration_s, "time for at least this many seconds (default 3)")->type_name("S");

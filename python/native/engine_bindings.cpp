@@ -1,4 +1,6 @@
 // Bindings of tensoracle/builder.h and tensoracle/engine.h.
+#include <memory>
+
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/map.h>
@@ -20,6 +22,44 @@ namespace nb = nanobind;
 namespace tensoracle::python {
 
 namespace {
+
+// A Python object with TensorRT's IProgressMonitor methods (phase_start, step_complete,
+// phase_finish) as the builder's ProgressMonitor. An exception a method raises ends the build
+// and reaches the caller; step_complete's result is read as a bool (None: go on).
+class PyProgressMonitor final : public ProgressMonitor {
+ public:
+  explicit PyProgressMonitor(nb::object o) : o_(std::move(o)) {}
+  ~PyProgressMonitor() override {
+    nb::gil_scoped_acquire gil;
+    o_.reset();
+  }
+  void phase_start(const std::string& phase, const std::string& parent, int num_steps) override {
+    nb::gil_scoped_acquire gil;
+    o_.attr("phase_start")(phase, parent.empty() ? nb::none() : nb::cast(parent), num_steps);
+  }
+  bool step_complete(const std::string& phase, int step) override {
+    nb::gil_scoped_acquire gil;
+    nb::object r = o_.attr("step_complete")(phase, step);
+    return r.is_none() || nb::cast<bool>(nb::bool_(r));
+  }
+  void phase_finish(const std::string& phase) override {
+    nb::gil_scoped_acquire gil;
+    o_.attr("phase_finish")(phase);
+  }
+  const nb::object& object() const { return o_; }
+
+ private:
+  nb::object o_;
+};
+
+std::shared_ptr<ProgressMonitor> monitor_of(nb::handle o) {
+  if (o.is_none()) return nullptr;
+  for (const char* m : {"phase_start", "step_complete", "phase_finish"})
+    if (!nb::hasattr(o, m))
+      throw InvalidArgument(std::string("[build] progress_monitor: the object has no method '") + m +
+                            "' (subclass tensoracle.trt.IProgressMonitor)");
+  return std::make_shared<PyProgressMonitor>(nb::borrow(o));
+}
 
 std::string mode_name(TensorIOMode m) { return m == TensorIOMode::kINPUT ? "input" : "output"; }
 
@@ -130,12 +170,24 @@ void bind_engine(nb::module_& m) {
   nb::class_<BuilderSettings>(m, "BuilderSettings")
       .def(
           "__init__",
-          [](BuilderSettings* s, int level, std::string device, std::uint64_t workspace_limit, bool tf32, bool verbose) {
-            new (s) BuilderSettings{level, std::move(device), workspace_limit, tf32, verbose};
+          [](BuilderSettings* s, int level, std::string device, std::uint64_t workspace_limit, bool tf32, bool verbose,
+             nb::handle progress_monitor, DataType weak_precision) {
+            new (s) BuilderSettings{level, std::move(device), workspace_limit, tf32, verbose, monitor_of(progress_monitor),
+                                    weak_precision};
             s->validate();
           },
           nb::kw_only(), nb::arg("optimization_level") = 3, nb::arg("device") = "auto", nb::arg("workspace_limit") = 0,
-          nb::arg("tf32") = false, nb::arg("verbose") = false)
+          nb::arg("tf32") = false, nb::arg("verbose") = false, nb::arg("progress_monitor") = nb::none(),
+          nb::arg("weak_precision") = DataType::kFLOAT)
+      .def_ro("weak_precision", &BuilderSettings::weak_precision,
+              "float32: layers compute in the network's types; float16 / bfloat16: TensorRT's weak typing")
+      .def_prop_ro(
+          "progress_monitor",
+          [](const BuilderSettings& s) -> nb::object {
+            const auto* m = dynamic_cast<const PyProgressMonitor*>(s.progress.get());
+            return m ? m->object() : nb::none();
+          },
+          "The object told of the build's progress (TensorRT's IProgressMonitor methods), or None")
       .def_ro("optimization_level", &BuilderSettings::optimization_level)
       .def_ro("device", &BuilderSettings::device)
       .def_ro("workspace_limit", &BuilderSettings::workspace_limit)

@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 
 #include "bindings.h"
+#include "tensoracle/builder.h"
 #include "tensoracle/errors.h"
 
 namespace nb = nanobind;
@@ -29,7 +30,8 @@ void bind_errors(nb::module_& m) {
   define<InvalidArgument>(m, "InvalidArgument", both(PyExc_ValueError));
   nb::object format = define<FormatError>(m, "FormatError", both(PyExc_ValueError));
   define<UnsafeCheckpointError>(m, "UnsafeCheckpointError", format);
-  define<BuildError>(m, "BuildError", both(PyExc_RuntimeError));
+  nb::object build = define<BuildError>(m, "BuildError", both(PyExc_RuntimeError));
+  define<BuildCancelled>(m, "BuildCancelled", build);
   define<CorruptEngineError>(m, "CorruptEngineError", both(PyExc_RuntimeError));
   define<IncompatibleEngineError>(m, "IncompatibleEngineError", both(PyExc_RuntimeError));
   define<EngineIOError>(m, "EngineIOError", both(PyExc_ValueError));

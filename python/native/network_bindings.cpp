@@ -182,7 +182,9 @@ void bind_network(nb::module_& m) {
       .value("RESIZE", LayerType::kRESIZE).value("EINSUM", LayerType::kEINSUM).value("TOPK", LayerType::kTOPK).value("SHAPE", LayerType::kSHAPE)
       .value("PLUGIN", LayerType::kPLUGIN).value("ATTENTION", LayerType::kATTENTION).value("SCALE", LayerType::kSCALE)
       .value("PARAMETRIC_RELU", LayerType::kPARAMETRIC_RELU).value("LRN", LayerType::kLRN)
-      .value("CUMULATIVE", LayerType::kCUMULATIVE).value("SCATTER", LayerType::kSCATTER).value("ONE_HOT", LayerType::kONE_HOT);
+      .value("CUMULATIVE", LayerType::kCUMULATIVE).value("SCATTER", LayerType::kSCATTER).value("ONE_HOT", LayerType::kONE_HOT)
+      .value("SQUEEZE", LayerType::kSQUEEZE).value("UNSQUEEZE", LayerType::kUNSQUEEZE)
+      .value("REVERSE_SEQUENCE", LayerType::kREVERSE_SEQUENCE).value("FILL", LayerType::kFILL);
   nb::enum_<ScaleMode>(m, "ScaleMode", nb::is_arithmetic())
       .value("UNIFORM", ScaleMode::kUNIFORM).value("CHANNEL", ScaleMode::kCHANNEL).value("ELEMENTWISE", ScaleMode::kELEMENTWISE);
   nb::enum_<ScatterMode>(m, "ScatterMode", nb::is_arithmetic()).value("ELEMENT", ScatterMode::kELEMENT).value("ND", ScatterMode::kND);
@@ -190,6 +192,9 @@ void bind_network(nb::module_& m) {
       .value("NONE", ScatterReduction::kNONE).value("SUM", ScatterReduction::kSUM).value("PROD", ScatterReduction::kPROD)
       .value("MAX", ScatterReduction::kMAX).value("MIN", ScatterReduction::kMIN);
   nb::enum_<CumulativeOperation>(m, "CumulativeOperation", nb::is_arithmetic()).value("SUM", CumulativeOperation::kSUM);
+  nb::enum_<FillOperation>(m, "FillOperation", nb::is_arithmetic())
+      .value("LINSPACE", FillOperation::kLINSPACE).value("RANDOM_UNIFORM", FillOperation::kRANDOM_UNIFORM)
+      .value("RANDOM_NORMAL", FillOperation::kRANDOM_NORMAL);
 
   nb::class_<Tensor>(m, "ITensor", "A tensor of a Network (owned by it)")
       .def_prop_rw("name", &Tensor::name, &Tensor::set_name)
@@ -343,6 +348,20 @@ void bind_network(nb::module_& m) {
   prop(scatter, "reduction", &ScatterParams::reduction);  // tensoracle's (TensorRT's scatter only replaces)
   auto one_hot = nb::class_<OneHotLayer, Layer>(m, "IOneHotLayer");
   prop(one_hot, "axis", &OneHotParams::axis);
+  nb::class_<SqueezeLayer, Layer>(m, "ISqueezeLayer", "Removes dims of size 1; the axes are input 1 (a constant)");
+  nb::class_<UnsqueezeLayer, Layer>(m, "IUnsqueezeLayer", "Inserts dims of size 1; the axes are input 1 (a constant)");
+  auto reverse = nb::class_<ReverseSequenceLayer, Layer>(m, "IReverseSequenceLayer");
+  prop(reverse, "batch_axis", &ReverseSequenceParams::batch_axis);
+  prop(reverse, "sequence_axis", &ReverseSequenceParams::sequence_axis);
+  auto fill = nb::class_<FillLayer, Layer>(m, "IFillLayer",
+                                          "Makes a tensor from its parameters; set_input(0, dims constant), (1, alpha), (2, beta)");
+  prop(fill, "shape", &FillParams::dims);
+  prop(fill, "operation", &FillParams::op);
+  prop(fill, "alpha", &FillParams::alpha);
+  prop(fill, "beta", &FillParams::beta);
+  prop(fill, "to_type", &FillParams::to);
+  fill.def_prop_ro("is_alpha_beta_int64", [](const FillLayer&) { return false; },
+                   "False: the layer's alpha and beta are doubles here (an integer fill takes its integers from them)");
   auto padding = nb::class_<PaddingLayer, Layer>(m, "IPaddingLayer");
   prop(padding, "pre_padding_nd", &PaddingParams::pre_padding);
   prop(padding, "post_padding_nd", &PaddingParams::post_padding);
@@ -500,6 +519,10 @@ void bind_network(nb::module_& m) {
            nb::arg("reverse"), kRef)
       .def("add_scatter", &Network::add_scatter, nb::arg("data"), nb::arg("indices"), nb::arg("updates"), nb::arg("mode"), kRef)
       .def("add_one_hot", &Network::add_one_hot, nb::arg("indices"), nb::arg("values"), nb::arg("depth"), nb::arg("axis"), kRef)
+      .def("add_squeeze", &Network::add_squeeze, nb::arg("input"), nb::arg("axes"), kRef)
+      .def("add_unsqueeze", &Network::add_unsqueeze, nb::arg("input"), nb::arg("axes"), kRef)
+      .def("add_reverse_sequence", &Network::add_reverse_sequence, nb::arg("input"), nb::arg("sequence_lens"), kRef)
+      .def("add_fill", &Network::add_fill, nb::arg("shape"), nb::arg("op"), nb::arg("output_type") = DataType::kFLOAT, kRef)
       .def("add_attention", &Network::add_attention, nb::arg("query"), nb::arg("key"), nb::arg("value"),
            nb::arg("norm_op"), nb::arg("causal"), kRef)
       .def(

@@ -170,6 +170,11 @@ def graph(net):
     add("add_scatter", m, rows, net.add_constant((2, 4), np.ones((2, 4), f32)).get_output(0), trt.ScatterMode.ELEMENT)
     onoff = net.add_constant((2,), np.array([0, 1], f32)).get_output(0)
     add("add_one_hot", idx, onoff, net.add_constant((), np.array(3, np.int32)).get_output(0), -1)
+    one = net.add_constant((1,), np.array([0], np.int32)).get_output(0)
+    add("add_unsqueeze", m, one)
+    add("add_squeeze", net.add_unsqueeze(m, one).get_output(0), one)
+    add("add_reverse_sequence", m, net.add_constant((4,), np.array([1, 2, 3, 4], np.int32)).get_output(0))
+    add("add_fill", (3,), trt.FillOperation.LINSPACE, trt.float32)
     y = mm.get_output(0)
     y.name = "y"
     net.mark_output(y)

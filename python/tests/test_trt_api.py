@@ -32,3 +32,29 @@ def test_every_listed_absence_has_a_reason_and_no_name_is_listed_twice():
         assert len(members) == len(set(members))
     table = trt_api.table()
     assert "absent: not yet" not in table, "give each absent name its reason in trt_api.ABSENT"
+
+
+def _python(code, **env):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_import_tensorrt_gives_tensoracle_only_when_asked():
+    """The opt-in: TENSORACLE_AS_TENSORRT=1 (a .pth hook installed with the package) or
+    register_as_tensorrt() make `import tensorrt` give tensoracle.trt; nothing does by default."""
+    code = "import tensorrt, tensoracle.trt; assert tensorrt is tensoracle.trt; print(tensorrt.Builder.__module__)"
+    r = _python(code, TENSORACLE_AS_TENSORRT="1")
+    assert r.returncode == 0 and r.stdout.strip() == "tensoracle.trt", r.stderr
+    r = _python("import tensorrt", TENSORACLE_AS_TENSORRT="0")
+    assert r.returncode != 0 and "No module named 'tensorrt'" in r.stderr
+    r = _python("import tensoracle.trt as t, tensorrt; assert t.register_as_tensorrt() is tensorrt is t")
+    assert r.returncode != 0  # not registered yet at `import tensorrt`
+    r = _python("import tensoracle.trt as t; t.register_as_tensorrt(); import tensorrt; assert tensorrt is t")
+    assert r.returncode == 0, r.stderr
+    r = _python("import sys, types; sys.modules['tensorrt'] = types.ModuleType('tensorrt'); import tensoracle.trt as t; "
+                "t.register_as_tensorrt()")
+    assert r.returncode != 0 and "already imported" in r.stderr

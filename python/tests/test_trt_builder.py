@@ -285,3 +285,147 @@ def test_set_input_that_would_close_a_cycle_is_refused():
     with pytest.raises(tensoracle.InvalidArgument, match="computed from the layer's own output; set_input would make a cycle"):
         a.set_input(0, b.get_output(0))
     assert [layer.name for layer in network] == [a.name, b.name]  # nothing moved
+
+
+class RecordingMonitor(trt.IProgressMonitor):
+    """TensorRT's progress monitor sample, reduced: records every call; cancels at a chosen
+    step of a chosen phase."""
+
+    def __init__(self, cancel_at=None):
+        trt.IProgressMonitor.__init__(self)
+        self.calls = []
+        self.cancel_at = cancel_at
+
+    def phase_start(self, phase_name, parent_phase, num_steps):
+        self.calls.append(("start", phase_name, parent_phase, num_steps))
+
+    def step_complete(self, phase_name, step):
+        self.calls.append(("step", phase_name, step))
+        return (phase_name, step) != self.cancel_at
+
+    def phase_finish(self, phase_name):
+        self.calls.append(("finish", phase_name))
+
+
+def mnist_config(monitor, level=3):
+    builder = trt.Builder(trt.Logger())
+    network = builder.create_network(0)
+    populate_network(network, 2)
+    config = builder.create_builder_config()
+    config.device = "cpu"
+    config.builder_optimization_level = level
+    config.progress_monitor = monitor
+    return builder, network, config
+
+
+def test_progress_monitor_sees_every_phase_and_step():
+    monitor = RecordingMonitor()
+    builder, network, config = mnist_config(monitor)
+    assert config.progress_monitor is monitor
+    assert builder.build_serialized_network(network, config) is not None
+    starts = [c for c in monitor.calls if c[0] == "start"]
+    assert [c[1] for c in starts] == ["Building engine", "Optimizing the graph", "Choosing tactics", "Sizing scratch memory",
+                                      "Writing the engine"]
+    assert starts[0][2] is None and all(c[2] == "Building engine" for c in starts[1:])
+    # Each phase reports exactly its announced steps, 0..n-1 in order, before it finishes; phases
+    # nest: the top one finishes last.
+    for _, phase, _, n in starts:
+        steps = [c[2] for c in monitor.calls if c[0] == "step" and c[1] == phase]
+        assert steps == list(range(n)), phase
+    finishes = [c[1] for c in monitor.calls if c[0] == "finish"]
+    assert finishes == [c[1] for c in starts[1:]] + ["Building engine"]
+    assert monitor.calls[-1] == ("finish", "Building engine")
+    tactics = next(c for c in starts if c[1] == "Choosing tactics")
+    assert tactics[3] >= 5  # the network's nodes (two convolutions, two poolings, the products, ...)
+
+
+def test_progress_monitor_cancels_the_build():
+    monitor = RecordingMonitor(cancel_at=("Choosing tactics", 1))
+    builder, network, config = mnist_config(monitor)
+    assert builder.build_serialized_network(network, config) is None  # TensorRT's answer to a cancelled build
+    assert monitor.calls[-1] == ("step", "Choosing tactics", 1)
+    # tensoracle's own API raises instead, naming where it stopped
+    decl = tensoracle.EngineBuild({"x": tensoracle.InputShape.fixed((2, 3))},
+                                  tensoracle.BuilderSettings(device="cpu", progress_monitor=RecordingMonitor(("Writing the engine", 0))))
+    with pytest.raises(tensoracle.BuildCancelled, match="phase 'Writing the engine' at step 0"):
+        tensoracle.build_serialized_engine(lambda n: n.mark_output(n.add_identity(n.add_input("x", trt.float32, (2, 3))).get_output(0)),
+                                           decl)
+    assert issubclass(tensoracle.BuildCancelled, tensoracle.BuildError)
+
+
+def test_progress_monitor_errors_reach_the_caller():
+    class Broken(RecordingMonitor):
+        def step_complete(self, phase_name, step):
+            raise KeyError("monitor bug")
+
+    builder, network, config = mnist_config(Broken())
+    with pytest.raises(KeyError, match="monitor bug"):
+        builder.build_serialized_network(network, config)
+    with pytest.raises(TypeError, match="IProgressMonitor"):
+        config.progress_monitor = object()
+    with pytest.raises(tensoracle.InvalidArgument, match="no method 'phase_finish'"):
+        tensoracle.BuilderSettings(progress_monitor=type("Half", (), {"phase_start": 0, "step_complete": 0})())
+
+
+def test_optimization_level_is_checked_and_used():
+    config = trt.Builder().create_builder_config()
+    with pytest.raises(ValueError, match="outside 0..5"):
+        config.builder_optimization_level = 6
+    builder, network, config = mnist_config(None, level=0)
+    engine = tensoracle.deserialize_engine(bytes(builder.build_serialized_network(network, config)))
+    assert "\"optimization_level\":0" in engine.plan_json().replace(" ", "")
+
+
+def lenet_plan(flags=(), network_flags=0):
+    builder = trt.Builder(trt.Logger())
+    network = builder.create_network(network_flags)
+    populate_network(network, 4)
+    config = builder.create_builder_config()
+    config.device = "cpu"
+    for f in flags:
+        config.set_flag(f)
+    return builder, network, config
+
+
+@pytest.mark.parametrize("flag,tolerance", [(trt.BuilderFlag.FP16, 1e-2), (trt.BuilderFlag.BF16, 6e-2)])
+def test_fp16_and_bf16_flags_lower_a_weakly_typed_network(flag, tolerance):
+    """TensorRT's weak typing: the float32 LeNet computes in the lower precision (convolutions,
+    products, pooling), keeps float32 input and output, and stays within that precision of
+    PyTorch's float32 result."""
+    x = RNG.uniform(0, 1, (4, 1, 28, 28)).astype(np.float32)
+    outs = {}
+    for flags in ((), (flag,)):
+        builder, network, config = lenet_plan(flags)
+        engine = tensoracle.deserialize_engine(bytes(builder.build_serialized_network(network, config)))
+        assert engine.get_tensor_dtype("data") == trt.float32 and engine.get_tensor_dtype("prob") == trt.float32
+        outs[flags] = (engine.create_execution().run({"data": x})["prob"], engine.plan_json().replace(" ", ""))
+    ref = torch_lenet(x)
+    low, plan = outs[(flag,)]
+    np.testing.assert_allclose(outs[()][0], ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(low, ref, rtol=tolerance, atol=tolerance * np.abs(ref).max())
+    assert not np.array_equal(low, outs[()][0])
+    name = "float16" if flag == trt.BuilderFlag.FP16 else "bfloat16"
+    assert f'"weak_precision":"{name}"' in plan and "computesin" + name in plan
+
+
+def test_precision_flags_on_a_strongly_typed_network_are_refused():
+    builder, network, config = lenet_plan((trt.BuilderFlag.FP16,), 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    with pytest.raises(tensoracle.UnsupportedError, match="FP16 on a STRONGLY_TYPED network"):
+        builder.build_serialized_network(network, config)
+    config.clear_flag(trt.BuilderFlag.FP16)
+    assert builder.build_serialized_network(network, config) is not None
+
+
+@pytest.mark.gpu
+def test_fp16_flag_on_cuda():
+    """Weak typing on the CUDA backend: the float32 LeNet in float16 (cuDNN / cuBLASLt float16
+    kernels), float32 at the engine's edges, within float16's precision of PyTorch."""
+    builder, network, config = lenet_plan((trt.BuilderFlag.FP16,))
+    config.device = "cuda:0"
+    engine = tensoracle.deserialize_engine(bytes(builder.build_serialized_network(network, config)))
+    x = RNG.uniform(0, 1, (4, 1, 28, 28)).astype(np.float32)
+    got = engine.create_execution().run({"data": x})["prob"]
+    ref = torch_lenet(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+    assert "computesinfloat16" in engine.plan_json().replace(" ", "")

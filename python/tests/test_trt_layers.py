@@ -1,7 +1,8 @@
 """TensorRT 10 layers that programs written for TensorRT use and that have no equivalent among the
 older layers (issue 34): scale (add_scale / add_scale_nd), parametric ReLU, LRN, cumulative,
-scatter (ELEMENT, ND) and one-hot, end to end through the public Python API on every backend,
-against NumPy references (and PyTorch's local_response_norm for LRN), plus their refusals.
+scatter (ELEMENT, ND), one-hot, squeeze / unsqueeze, reverse sequence and fill (linspace and
+random draws), end to end through the public Python API on every backend, against NumPy
+references (and PyTorch's local_response_norm for LRN), plus their refusals.
 
 Every engine-building test takes the `device` fixture ("cpu", and "cuda:0" marked `gpu`).
 """
@@ -457,3 +458,236 @@ def test_new_layers_survive_the_engine_file(tmp_path):
     assert np.array_equal(first["y"], again["y"]) and np.array_equal(first["h"], again["h"])
     assert first["h"].tolist() == [[1, 0, 0], [0, 0, 0], [0, 1, 1]]  # depth along axis 0
     assert (first["y"][:, :, 1, :] == 7).all()
+
+
+# ---- squeeze / unsqueeze ----------------------------------------------------------------------
+
+
+def axes_const(network, axes, dtype=np.int32):
+    return constant(network, np.array(axes, dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.bool_])
+def test_squeeze_and_unsqueeze(device, dtype):
+    rng = rng_for("squeeze", np.dtype(dtype).name)
+    x = (rng.uniform(-3, 3, (2, 1, 3, 1)) > 0 if dtype is np.bool_ else rng.uniform(-3, 3, (2, 1, 3, 1))).astype(dtype)
+    layers = []
+
+    def body(n, t):
+        layers.append(n.add_squeeze(t["x"], axes_const(n, [1, -1], np.int64)))
+        layers.append(n.add_unsqueeze(layers[0].get_output(0), axes_const(n, [0, 3])))
+        return layers[1]
+
+    y, _ = run_network(device, {"x": x}, body)
+    assert isinstance(layers[0], trt.ISqueezeLayer) and isinstance(layers[1], trt.IUnsqueezeLayer)
+    assert layers[0].type == trt.LayerType.SQUEEZE and layers[1].type == trt.LayerType.UNSQUEEZE
+    assert tuple(layers[0].get_output(0).shape) == (2, 3)
+    assert y.dtype == x.dtype and np.array_equal(y, np.expand_dims(x.reshape(2, 3), (0, 3)))
+
+
+def test_squeeze_with_a_dynamic_batch(device):
+    x = np.arange(12, dtype=np.float32).reshape(4, 1, 3)
+
+    def body(n, t):
+        return n.add_squeeze(t["x"], axes_const(n, [1]))
+
+    profile = {"x": tensoracle.InputShape.ranged((1, 1, 3), (2, 1, 3), (8, 1, 3))}
+    y, _ = run_network(device, {"x": x}, body, profile, declare={"x": (-1, 1, 3)})
+    assert np.array_equal(y, x.reshape(4, 3))
+
+
+def test_squeeze_refusals_and_axes_set_later():
+    net = tensoracle.Network()
+    x = net.add_input("x", trt.float32, (2, 1, 3))
+    with pytest.raises(tensoracle.InvalidArgument, match="size 3 in dim 2; squeeze removes dims of size 1"):
+        net.add_squeeze(x, axes_const(net, [2]))
+    with pytest.raises(tensoracle.InvalidArgument, match="twice"):
+        net.add_squeeze(x, axes_const(net, [1, -2]))
+    with pytest.raises(tensoracle.InvalidArgument, match="outside"):
+        net.add_unsqueeze(x, axes_const(net, [4]))
+    runtime_axes = net.add_input("axes", trt.int32, (1,))
+    with pytest.raises(tensoracle.UnsupportedError, match="constant layer"):
+        net.add_squeeze(x, runtime_axes)
+    # TensorRT's programs may replace the axes input: it is read from its constant
+    layer = net.add_unsqueeze(x, axes_const(net, [0]))
+    layer.set_input(1, axes_const(net, [-1]))
+    assert tuple(layer.get_output(0).shape) == (2, 1, 3, 1)
+    with pytest.raises(tensoracle.UnsupportedError, match="constant layer"):
+        layer.set_input(1, runtime_axes)
+
+
+# ---- reverse sequence ---------------------------------------------------------------------------
+
+
+def reverse_sequence_ref(x, lens, batch_axis, seq_axis):
+    y = x.copy()
+    for b, n in enumerate(lens):
+        src = [slice(None)] * x.ndim
+        src[batch_axis] = b
+        src[seq_axis] = slice(0, n)
+        y[tuple(src)] = np.flip(x[tuple(src)], axis=seq_axis - (1 if batch_axis < seq_axis else 0))
+    return y
+
+
+@pytest.mark.parametrize("batch_axis,seq_axis", [(1, 0), (0, 1), (2, 0), (0, 2)])
+@pytest.mark.parametrize("lens_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
+def test_reverse_sequence(device, batch_axis, seq_axis, lens_dtype, dtype):
+    rng = rng_for("reverse_sequence", batch_axis, seq_axis, np.dtype(dtype).name)
+    shape = [5, 5, 5]
+    shape[batch_axis], shape[seq_axis] = 3, 6
+    x = rng.integers(-100, 100, shape).astype(dtype)
+    lens = np.array([6, 2, 0], lens_dtype)
+    layers = []
+
+    def body(n, t):
+        layers.append(n.add_reverse_sequence(t["x"], t["lens"]))
+        layers[0].batch_axis = batch_axis
+        layers[0].sequence_axis = seq_axis
+        return layers[0]
+
+    y, _ = run_network(device, {"x": x, "lens": lens}, body)
+    assert isinstance(layers[0], trt.IReverseSequenceLayer)
+    assert (layers[0].batch_axis, layers[0].sequence_axis) == (batch_axis, seq_axis)
+    assert np.array_equal(y, reverse_sequence_ref(x, lens, batch_axis, seq_axis))
+
+
+def test_reverse_sequence_defaults_refusals_and_a_bad_length():
+    net = tensoracle.Network()
+    x = net.add_input("x", trt.float32, (4, 3, 2))
+    layer = net.add_reverse_sequence(x, net.add_input("lens", trt.int32, (3,)))
+    assert (layer.batch_axis, layer.sequence_axis) == (1, 0)  # TensorRT's defaults: [time, batch, ...]
+    with pytest.raises(tensoracle.InvalidArgument, match="sequence_lens .* must be \\[batch\\] = \\[2\\]"):
+        layer.batch_axis = 2
+    with pytest.raises(tensoracle.InvalidArgument, match="both dim 1"):
+        layer.sequence_axis = 1
+    with pytest.raises(tensoracle.InvalidArgument, match="int32 or int64"):
+        net.add_reverse_sequence(x, net.add_input("f", trt.float32, (3,)))
+    x = np.zeros((4, 3, 2), np.float32)
+    with pytest.raises(tensoracle.InvalidArgument, match=r"sequence length 5 of batch entry 1 is outside \[0, 4\]"):
+        run_network("cpu", {"x": x, "lens": np.array([1, 5, 0], np.int32)},
+                    lambda n, t: n.add_reverse_sequence(t["x"], t["lens"]))
+
+
+# ---- fill ---------------------------------------------------------------------------------------
+
+
+def run_fill(device, configure, inputs=None):
+    """Builds a network whose output "y" is a fill made by configure(network, tensors); returns
+    (output, layer)."""
+    layers = []
+
+    def body(n, t):
+        layers.append(configure(n, t))
+        return layers[0]
+
+    y, _ = run_network(device, inputs or {}, body)
+    return y, layers[0]
+
+
+@pytest.mark.parametrize("to,dtype", [(trt.float32, np.float32), (trt.float16, np.float16), (trt.int32, np.int32),
+                                      (trt.int64, np.int64)])
+def test_fill_linspace_with_its_own_numbers(device, to, dtype):
+    def configure(n, _):
+        layer = n.add_fill((7,), trt.FillOperation.LINSPACE, to)
+        layer.alpha, layer.beta = 3.0, -2.0
+        return layer
+
+    y, layer = run_fill(device, configure)
+    assert isinstance(layer, trt.IFillLayer) and layer.operation == trt.FillOperation.LINSPACE
+    assert (layer.alpha, layer.beta, layer.to_type, tuple(layer.shape)) == (3.0, -2.0, to, (7,))
+    assert y.dtype == dtype and np.array_equal(y, (3 - 2 * np.arange(7)).astype(dtype))
+
+
+@pytest.mark.parametrize("to,dtype", [(trt.float32, np.float32), (trt.int64, np.int64), (trt.bfloat16, ml_dtypes.bfloat16)])
+def test_fill_linspace_of_rank_two_from_tensors(device, to, dtype):
+    """TensorRT's documented example: alpha 0 and steps [3, 1] over (2, 3) give 0..5, here from
+    execution-time inputs; the dims come from a constant set as input 0."""
+    def configure(n, t):
+        layer = n.add_fill((1,), trt.FillOperation.LINSPACE, to)
+        layer.set_input(0, constant(n, np.array([2, 3], np.int64)))
+        layer.set_input(1, t["alpha"])
+        layer.set_input(2, t["beta"])
+        return layer
+
+    inputs = {"alpha": np.array(0.5 if dtype is not np.int64 else 1, dtype), "beta": np.array([3, 1], dtype)}
+    y, layer = run_fill(device, configure, inputs)
+    start = float(inputs["alpha"])
+    assert tuple(layer.shape) == (2, 3) and y.dtype == np.dtype(dtype)
+    assert np.array_equal(y.astype(np.float64), start + np.arange(6, dtype=np.float64).reshape(2, 3))
+
+
+def test_fill_rank_two_linspace_waits_for_its_tensors():
+    builder = trt.Builder(trt.Logger())
+    config = builder.create_builder_config()
+    config.device = "cpu"
+    net = builder.create_network(0)
+    layer = net.add_fill((2, 3), trt.FillOperation.LINSPACE, trt.float32)
+    y = layer.get_output(0)
+    y.name = "y"
+    net.mark_output(y)
+    assert tuple(y.shape) == (2, 3)
+    with pytest.raises(tensoracle.InvalidArgument, match=r"set alpha \(input 1\) before beta"):
+        layer.set_input(2, constant(net, np.array([3, 1], np.float32)))
+    layer.set_input(1, net.add_constant((), np.array(1, np.float32)).get_output(0))
+    with pytest.raises(tensoracle.InvalidArgument, match="beta"):
+        builder.build_serialized_network(net, config)
+    layer.set_input(2, constant(net, np.array([3, 1], np.float32)))
+    blob = builder.build_serialized_network(net, config)
+    out = tensoracle.deserialize_engine(bytes(blob)).create_execution().run({})["y"]
+    assert np.array_equal(out, 1 + np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+@pytest.mark.parametrize("op", ["RANDOM_UNIFORM", "RANDOM_NORMAL"])
+@pytest.mark.parametrize("to,dtype", [(trt.float32, np.float32), (trt.float16, np.float16)])
+def test_fill_random_draws(device, op, to, dtype):
+    def configure(n, _):
+        layer = n.add_fill((256, 256), getattr(trt.FillOperation, op), to)
+        layer.alpha, layer.beta = (-1.0, 3.0) if op == "RANDOM_UNIFORM" else (2.0, 0.5)
+        return layer
+
+    y, _ = run_fill(device, configure)
+    again, _ = run_fill(device, configure)
+    assert y.dtype == dtype and y.shape == (256, 256)
+    assert np.array_equal(y, again)  # a counter-based generator: the same values every run
+    v = y.astype(np.float64)
+    if op == "RANDOM_UNIFORM":
+        assert v.min() >= -1 and v.max() <= 3 and v.min() < -0.99 and v.max() > 2.99
+        assert abs(v.mean() - 1) < 0.02 and abs(v.std() - 4 / np.sqrt(12)) < 0.02
+        hist = np.histogram(v, bins=16, range=(-1, 3))[0]
+        assert hist.min() > 0.9 * v.size / 16
+    else:
+        assert abs(v.mean() - 2) < 0.01 and abs(v.std() - 0.5) < 0.01
+        assert abs(((v - 2) / 0.5 > 1.96).mean() - 0.025) < 0.003
+    assert len(np.unique(y)) > (1000 if dtype == np.float16 else 60000)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["LINSPACE", "RANDOM_UNIFORM"])
+def test_fill_gives_the_cpus_values_on_cuda(op):
+    def configure(n, _):
+        layer = n.add_fill((4096,), getattr(trt.FillOperation, op), trt.float32)
+        layer.alpha, layer.beta = (-1.5, 0.37)
+        return layer
+
+    cpu, _ = run_fill("cpu", configure)
+    cuda, _ = run_fill("cuda:0", configure)
+    assert np.array_equal(cpu, cuda)
+
+
+def test_fill_refusals():
+    net = tensoracle.Network()
+    with pytest.raises(tensoracle.InvalidArgument, match="RANDOM_UNIFORM makes float32, float16 or bfloat16"):
+        net.add_fill((3,), trt.FillOperation.RANDOM_UNIFORM, trt.int32)
+    with pytest.raises(tensoracle.InvalidArgument, match="must all be known"):
+        net.add_fill((-1, 3), trt.FillOperation.RANDOM_NORMAL, trt.float32)
+    layer = net.add_fill((3,), trt.FillOperation.RANDOM_UNIFORM, trt.float32)
+    with pytest.raises(tensoracle.InvalidArgument, match="alpha .* <= beta"):
+        layer.alpha = 5.0
+    with pytest.raises(tensoracle.UnsupportedError, match="constant layer"):
+        layer.set_input(0, net.add_input("dims", trt.int32, (1,)))
+    with pytest.raises(tensoracle.InvalidArgument, match="not 3"):
+        layer.set_input(3, net.add_input("x", trt.float32, ()))
+    layer.set_input(1, net.add_input("a16", trt.float16, ()))  # alpha alone: invalid until beta, which is refused
+    with pytest.raises(tensoracle.InvalidArgument, match="must be the output's float32"):
+        layer.set_input(2, net.add_input("b", trt.float32, ()))

@@ -21,9 +21,11 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tensoracle/errors.h"
 #include "tensoracle/network.h"
 #include "tensoracle/types.h"
 
@@ -38,14 +40,43 @@ struct InputShape {
   bool is_fixed() const { return min == opt && opt == max; }
 };
 
+// Told of the build's progress (TensorRT's IProgressMonitor): phases nest ("Building engine",
+// then its parts), each with a number of steps. The builder calls these on its own thread, in
+// order; returning false from step_complete cancels the build, which then throws BuildCancelled.
+// An exception thrown by a method ends the build and reaches the caller as it is.
+//   "Building engine"            4 steps: the next four phases
+//     "Optimizing the graph"     one step per pass (dead code, constant folding, fusions, ...)
+//     "Choosing tactics"         one step per node (the CUDA backend times candidates here)
+//     "Sizing scratch memory"    one step per node
+//     "Writing the engine"       1 step
+class BuildCancelled : public BuildError {
+ public:
+  using BuildError::BuildError;
+};
+
+class ProgressMonitor {
+ public:
+  virtual ~ProgressMonitor() = default;
+  virtual void phase_start(const std::string& phase, const std::string& parent, int num_steps) = 0;
+  virtual bool step_complete(const std::string& phase, int step) = 0;
+  virtual void phase_finish(const std::string& phase) = 0;
+};
+
 struct BuilderSettings {
   int optimization_level = 3;      // 0..5: 0 takes the first tactic, >= 2 times candidates
   std::string device = "auto";     // "cpu", "cuda:N", or "auto" (a GPU when one is usable)
   std::uint64_t workspace_limit = 0;  // bytes of activation + scratch memory; 0 = no limit
   bool tf32 = false;               // must stay false: TF32 is never used
   bool verbose = false;            // log each pass's rewrites to stderr
+  // Told of the build's progress; null: nobody. Not part of the engine's identity.
+  std::shared_ptr<ProgressMonitor> progress;
+  // kFLOAT: every layer computes in the type the network gives it (strongly typed). kHALF or
+  // kBF16: TensorRT's weak typing (BuilderFlag.FP16 / BF16): float32 layers may compute in that
+  // type, except reductions and normalizations; inputs and outputs keep their types.
+  DataType weak_precision = DataType::kFLOAT;
 
-  // Throws InvalidArgument for tf32 = true or optimization_level outside 0..5.
+  // Throws InvalidArgument for tf32 = true, optimization_level outside 0..5 or a
+  // weak_precision other than kFLOAT, kHALF and kBF16.
   void validate() const;
 };
 

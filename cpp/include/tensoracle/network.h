@@ -60,6 +60,7 @@ enum class LayerType : std::int32_t {
   kCONVOLUTION = 18, kDECONVOLUTION = 19, kPOOLING = 20, kNORMALIZATION = 21, kRESIZE = 22,
   kEINSUM = 23, kTOPK = 24, kSHAPE = 25, kPLUGIN = 26, kATTENTION = 27, kSCALE = 28,
   kPARAMETRIC_RELU = 29, kLRN = 30, kCUMULATIVE = 31, kSCATTER = 32, kONE_HOT = 33,
+  kSQUEEZE = 34, kUNSQUEEZE = 35, kREVERSE_SEQUENCE = 36, kFILL = 37,
 };
 
 enum class UnaryOperation : std::int32_t {
@@ -83,6 +84,10 @@ enum class ScatterMode : std::int32_t { kELEMENT = 0, kND = 1 };
 enum class ScatterReduction : std::int32_t { kNONE = 0, kSUM = 1, kPROD = 2, kMAX = 3, kMIN = 4 };
 
 enum class CumulativeOperation : std::int32_t { kSUM = 0 };
+
+// Fill: evenly spaced values (alpha + Σ beta[k] · index[k]) or random draws (uniform in
+// [alpha, beta), normal of mean alpha and standard deviation beta). TensorRT's FillOperation.
+enum class FillOperation : std::int32_t { kLINSPACE = 0, kRANDOM_UNIFORM = 1, kRANDOM_NORMAL = 2 };
 
 enum class AttentionNormalizationOp : std::int32_t { kNONE = 0, kSOFTMAX = 1 };
 
@@ -374,6 +379,38 @@ struct OneHotParams {
   std::int64_t depth = 1;
 };
 
+// Squeeze (TensorRT's ISqueezeLayer): removes the dims at `axes` (each of size 1; negative
+// counts from the input's end); Unsqueeze (IUnsqueezeLayer): inserts dims of size 1 at `axes`
+// (counted on the output's rank). The axes are a constant 1-D int32/int64 tensor when the layer
+// is added, kept here. The data is not moved: a copy at most.
+struct SqueezeParams {
+  Dims axes;
+};
+struct UnsqueezeParams {
+  Dims axes;
+};
+// Reverses the first sequence_lens[b] elements along `sequence_axis` of every batch entry b
+// (along `batch_axis`); the rest are copied (TensorRT's IReverseSequenceLayer, ONNX's
+// ReverseSequence). Inputs: 0 data (rank >= 2), 1 sequence_lens [batch] int32/int64. A length
+// outside [0, sequence] fails the run on the CPU and is clamped into it on CUDA.
+struct ReverseSequenceParams {
+  std::int32_t batch_axis = 1, sequence_axis = 0;
+};
+// A tensor of `dims` and type `to` made from nothing but its parameters (TensorRT's IFillLayer).
+// alpha and beta are the layer's own numbers (TensorRT's static parameters; linspace with them
+// takes a rank-1 output) or, when the node has inputs, tensors: input 0 alpha (0-D), input 1
+// beta ([rank] for linspace, 0-D for the random fills), both of the output's type. Linspace
+// makes float32/float16/bfloat16/int32/int64 (integers computed in int64), the random fills
+// float32/float16/bfloat16. Random values come from a counter-based generator keyed by the
+// element's index: every run of an engine (and both backends' uniform draws) give the same
+// values; TensorRT promises no sequence either.
+struct FillParams {
+  FillOperation op = FillOperation::kLINSPACE;
+  Dims dims;
+  double alpha = 0, beta = 1;
+  DataType to = DataType::kFLOAT;
+};
+
 using LayerParams =
     std::variant<InputParams, ConstantParams, MatrixMultiplyParams, ElementWiseParams,
                  ActivationParams, CastParams, QuantizeParams, DequantizeParams, ShuffleParams,
@@ -381,7 +418,8 @@ using LayerParams =
                  SliceParams, GatherParams, SelectParams, PaddingParams, ConvolutionParams,
                  DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams,
                  TopKParams, ShapeParams, PluginParams, AttentionParams, ScaleParams,
-                 ParametricReluParams, LrnParams, CumulativeParams, ScatterParams, OneHotParams>;
+                 ParametricReluParams, LrnParams, CumulativeParams, ScatterParams, OneHotParams,
+                 SqueezeParams, UnsqueezeParams, ReverseSequenceParams, FillParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -532,6 +570,10 @@ class LrnLayer : public ParamLayer<LrnParams> {};
 class CumulativeLayer : public ParamLayer<CumulativeParams> {};
 class ScatterLayer : public ParamLayer<ScatterParams> {};
 class OneHotLayer : public ParamLayer<OneHotParams> {};
+class SqueezeLayer : public ParamLayer<SqueezeParams> {};
+class UnsqueezeLayer : public ParamLayer<UnsqueezeParams> {};
+class ReverseSequenceLayer : public ParamLayer<ReverseSequenceParams> {};
+class FillLayer : public ParamLayer<FillParams> {};
 class AttentionLayer : public ParamLayer<AttentionParams> {
  public:
   Tensor* mask() const { return num_inputs() > 3 ? get_input(3) : nullptr; }
@@ -611,6 +653,14 @@ class Network : public std::enable_shared_from_this<Network> {
   ScatterLayer* add_scatter(Tensor* data, Tensor* indices, Tensor* updates, ScatterMode mode);
   // `depth` must be a 0-D int32/int64 tensor a constant layer produces (as in TensorRT).
   OneHotLayer* add_one_hot(Tensor* indices, Tensor* values, Tensor* depth, std::int32_t axis);
+  // `axes` must be a 1-D int32/int64 tensor a constant layer produces (as in TensorRT).
+  SqueezeLayer* add_squeeze(Tensor* x, Tensor* axes);
+  UnsqueezeLayer* add_unsqueeze(Tensor* x, Tensor* axes);
+  ReverseSequenceLayer* add_reverse_sequence(Tensor* x, Tensor* sequence_lens);
+  // alpha 0 and beta 1 until set (FillParams); tensors for them are set as TensorRT's inputs
+  // 1 (alpha) and 2 (beta) with set_layer_input, alpha first; its input 0 (the dims) must be a
+  // 1-D int32/int64 constant, which sets `dims`.
+  FillLayer* add_fill(const Dims& dims, FillOperation op, DataType to);
   // A plugin layer: creator `name` / `version` in `plugin_namespace` of a plugin library loaded
   // in this process (load_plugin_libraries, or `plugins` of build_serialized_engine and
   // open_engine: the builder loads them before calling the graph function), made from `fields`
@@ -646,7 +696,11 @@ class Network : public std::enable_shared_from_this<Network> {
   friend class Layer;
   friend class Tensor;
   template <typename L>
-  L* add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs);
+  // defer_errors: a layer the parameters do not fit yet is added anyway, marked invalid (the
+  // build reports it) until a setter or set_layer_input fixes it, as TensorRT's programs expect
+  // of layers they configure after adding them; its output has input 0's type and dims (a
+  // fill's own) meanwhile.
+  L* add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs, bool defer_errors = false);
   // Throws InvalidArgument naming the layer; `full` adds the checks deferred to build time.
   void infer(Layer& layer, const LayerParams& params, bool full = false) const;
   void move_after_producer(const Layer& layer, const Tensor& t);

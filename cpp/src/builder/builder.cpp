@@ -27,6 +27,9 @@ void BuilderSettings::validate() const {
   if (s.tf32) invalid("tf32=true is not allowed: tensoracle never uses TF32 (fp32 stays fp32)");
   if (s.optimization_level < 0 || s.optimization_level > 5)
     invalid("optimization_level " + std::to_string(s.optimization_level) + " is outside 0..5");
+  if (s.weak_precision != DataType::kFLOAT && s.weak_precision != DataType::kHALF && s.weak_precision != DataType::kBF16)
+    invalid(std::string("weak_precision ") + std::string(type_name(s.weak_precision)) +
+            " is not float32 (off), float16 or bfloat16");
 }
 
 namespace {
@@ -70,6 +73,34 @@ std::vector<InputShape> check_declaration(const Network& net, const EngineBuild&
   return out;
 }
 
+// The build's phases as ProgressMonitor sees them (builder.h); does nothing without a monitor.
+// A phase left by an exception is not finished (TensorRT's monitors see the same).
+class Progress {
+ public:
+  explicit Progress(ProgressMonitor* m) : m_(m) {}
+  void start(const char* phase, const char* parent, int steps) {
+    if (m_) m_->phase_start(phase, parent, steps);
+  }
+  void step(const char* phase, int step) {
+    if (m_ && !m_->step_complete(phase, step))
+      throw BuildCancelled(std::string("[build] cancelled by the progress monitor in phase '") + phase + "' at step " +
+                           std::to_string(step));
+  }
+  void finish(const char* phase) {
+    if (m_) m_->phase_finish(phase);
+  }
+
+ private:
+  ProgressMonitor* m_;
+};
+
+constexpr const char* kTop = "Building engine";
+constexpr const char* kPasses = "Optimizing the graph";
+constexpr const char* kTactics = "Choosing tactics";
+constexpr const char* kScratch = "Sizing scratch memory";
+constexpr const char* kWrite = "Writing the engine";
+constexpr int kPassCount = 11;  // the record(...) calls below
+
 std::uint64_t bytes_of(const graph::TensorDesc& d) {
   auto v = d.dims.volume();
   return v < 0 ? 0 : static_cast<std::uint64_t>(v) * element_size(d.type);
@@ -85,6 +116,8 @@ std::string EngineBuild::canonical() const {
                    {"device", settings.device},
                    {"workspace_limit", settings.workspace_limit},
                    {"tf32", settings.tf32}};
+  // (only when set: the identities of engines built without it stay what they were)
+  if (settings.weak_precision != DataType::kFLOAT) j["settings"]["weak_precision"] = type_name(settings.weak_precision);
   return j.dump();
 }
 
@@ -106,19 +139,26 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
   net.validate();
   auto profile = check_declaration(net, decl);
 
+  Progress progress(decl.settings.progress.get());
+  progress.start(kTop, "", 4);
   graph::Graph g = graph::from_network(net);
   graph::verify(g, "from_network");
   json passes = json::array();
+  progress.start(kPasses, kTop, kPassCount);
   auto record = [&](const builder::PassLog& log) {
     if (decl.settings.verbose)
       for (const auto& line : log.changes) std::fprintf(stderr, "[build] %s: %s\n", log.pass.c_str(), line.c_str());
     passes.push_back({{"pass", log.pass}, {"changes", log.changes}});
     graph::verify(g, log.pass);
+    progress.step(kPasses, static_cast<int>(passes.size()) - 1);
   };
   record(builder::dead_code(g));
   record(builder::constant_fold(g, cpu::evaluate_constant_node));
   record(builder::dead_code(g));
   record(builder::fold_qdq(g));
+  record(builder::lower_precision(g, decl.settings.weak_precision, [&](const graph::Graph& gr, const graph::Node& n) {
+    return backend.unsupported_reason(gr, n).empty();
+  }));
   record(builder::dead_code(g));
   record(builder::fuse_gelu(g));
   record(builder::fuse_attention(g, [&](const graph::Graph& gr, const graph::Node& n) { return backend.fuses_attention(gr, n); }));
@@ -127,6 +167,8 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
   record(builder::fuse_pointwise(g, [&](const graph::Graph& gr, const graph::Node& n, const graph::EpilogueOp& op) {
     return backend.can_fuse(gr, n, op);
   }));
+  progress.finish(kPasses);
+  progress.step(kTop, 0);
 
   for (const auto& n : g.nodes) {
     auto why = backend.unsupported_reason(g, n);
@@ -167,6 +209,7 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
     for (int v : n.all_inputs()) d.push_back(at[static_cast<std::size_t>(v)]);
     return d;
   };
+  progress.start(kTactics, kTop, static_cast<int>(g.nodes.size()));
   for (auto& n : g.nodes) {
     if (backend.tactics(g, n).empty())
       throw BuildError("[build] layer '" + n.name + "': the " + backend.name() + " backend has no kernel for it");
@@ -177,10 +220,14 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
     auto choice = backend.choose_tactic(g, n, q);
     n.tactic = std::move(choice.tactic);
     g.values[static_cast<std::size_t>(n.output)].layout = choice.output_layout;
+    progress.step(kTactics, static_cast<int>(&n - g.nodes.data()));
   }
+  progress.finish(kTactics);
+  progress.step(kTop, 1);
 
   // Scratch: the most any node needs at the profile's max.
   const graph::Node* widest = nullptr;
+  progress.start(kScratch, kTop, static_cast<int>(g.nodes.size()));
   for (const auto& n : g.nodes) {
     auto kernel = backend.instantiate(g, n);
     std::vector<backends::Buffer> in, out;
@@ -189,7 +236,10 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
     const std::uint64_t bytes = kernel->workspace_bytes(in, out);
     if (!widest || bytes > plan.workspace_bytes) widest = &n;
     plan.workspace_bytes = std::max<std::uint64_t>(plan.workspace_bytes, bytes);
+    progress.step(kScratch, static_cast<int>(&n - g.nodes.data()));
   }
+  progress.finish(kScratch);
+  progress.step(kTop, 2);
   if (limit > 0 && plan.workspace_bytes > scratch_limit)
     throw BuildError("[build] layer '" + widest->name + "' needs " + std::to_string(plan.workspace_bytes) +
                      " bytes of scratch at the profile's max shapes (" + graph::describe(widest->tactic) + "); workspace_limit " +
@@ -210,7 +260,13 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
   plan.target = backend.target();
   plan.build = {{"declaration", json::parse(decl.canonical())}, {"passes", passes}};
   plan.graph = std::move(g);
-  return plan::write_engine(plan);
+  progress.start(kWrite, kTop, 1);
+  auto bytes = plan::write_engine(plan);
+  progress.step(kWrite, 0);
+  progress.finish(kWrite);
+  progress.step(kTop, 3);
+  progress.finish(kTop);
+  return bytes;
 }
 
 }  // namespace tensoracle

@@ -69,6 +69,18 @@ PassLog merge_projections(graph::Graph& g);
 // one GELU_ERF activation on x.
 PassLog fuse_gelu(graph::Graph& g);
 
+// TensorRT's weak typing (BuilderFlag.FP16 / BF16): where `to` is kHALF or kBF16, nodes that
+// compute in float32 compute in `to` instead — their float32 inputs converted (constants once,
+// at build time; computed values by a cast node, once per value) — except the numerically
+// sensitive kinds, which stay float32 and read float32 (a cast back where their input was
+// lowered): reductions, normalizations, cumulative sums, top-k, and what names its type itself
+// (cast, quantize, dequantize, fill, plugins, shape). A scale's coefficients stay float32 (its
+// rule). The network's inputs and outputs keep their types (an output a lowered node makes gets a
+// cast back). `accept` sees each lowered node (its inputs already in `to`) and may keep it
+// float32 (a backend without that kernel in `to`). kFLOAT: nothing changes.
+using LoweringPolicy = std::function<bool(const graph::Graph&, const graph::Node&)>;
+PassLog lower_precision(graph::Graph& g, DataType to, const LoweringPolicy& accept);
+
 // Fuses chains of pointwise layers (activation, cast, elementwise whose other operand
 // broadcasts into the result, quantize with a per-tensor constant scale) into the node
 // producing their input, when that input has no

@@ -1,6 +1,7 @@
 #include "tensoracle/network.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 #include "core/numeric.h"
@@ -63,7 +64,17 @@ Tensor* Layer::get_output(int i) const {
 }
 
 void Layer::update(LayerParams p) {
-  net_->infer(*this, p);  // throws, leaving the layer unchanged
+  // A layer waiting for its settings (added with add_layer's defer_errors) takes any step
+  // towards them: what still does not fit stays its error, reported by the build.
+  std::string& waiting = net_->invalid_[static_cast<std::size_t>(net_->position(this))];
+  try {
+    net_->infer(*this, p);  // throws, leaving the layer unchanged
+  } catch (const InvalidArgument& e) {
+    if (waiting.empty()) throw;
+    params_ = std::move(p);
+    waiting = e.what();
+    return;
+  }
   params_ = std::move(p);
   net_->reinfer_after(*this);
 }
@@ -185,7 +196,7 @@ void Network::infer(Layer& layer, const LayerParams& params, bool full) const {
 }
 
 template <typename L>
-L* Network::add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs) {
+L* Network::add_layer(LayerType type, LayerParams params, std::vector<Tensor*> inputs, bool defer_errors) {
   auto layer = std::make_unique<L>();
   layer->net_ = this;
   layer->name_ = unique_layer_name(type);
@@ -194,10 +205,24 @@ L* Network::add_layer(LayerType type, LayerParams params, std::vector<Tensor*> i
   layer->inputs_ = std::move(inputs);
   auto out = std::unique_ptr<Tensor>(new Tensor(this, layer.get(), layer->name_ + "_output"));
   layer->outputs_.push_back(out.get());
-  infer(*layer, layer->params_);  // throws before anything is added
+  std::string error;
+  try {
+    infer(*layer, layer->params_);  // throws before anything is added
+  } catch (const InvalidArgument& e) {
+    if (!defer_errors) throw;
+    error = e.what();
+    Tensor* o = layer->outputs_[0];
+    if (const auto* f = std::get_if<FillParams>(&layer->params_)) {
+      o->type_ = f->to;
+      o->dims_ = f->dims;
+    } else if (!layer->inputs_.empty()) {
+      o->type_ = layer->inputs_[0]->type();
+      o->dims_ = layer->inputs_[0]->dims();
+    }
+  }
   tensors_.push_back(std::move(out));
   layers_.push_back(std::move(layer));
-  invalid_.emplace_back();
+  invalid_.push_back(std::move(error));
   return static_cast<L*>(layers_.back().get());
 }
 
@@ -420,6 +445,24 @@ std::int64_t constant_scalar(const Tensor* t, const std::string& layer, const ch
   return values->front();
 }
 
+// The values of a 1-D int32/int64 tensor a constant layer produces (squeeze's axes, a fill's
+// dims), as Dims.
+Dims constant_vector(const Tensor* t, const std::string& layer, const char* what) {
+  if (t == nullptr) throw InvalidArgument("[network] layer '" + layer + "': " + what + " is null");
+  const Layer* p = t->producer();
+  std::optional<std::vector<std::int64_t>> values;
+  if (p != nullptr && p->type() == LayerType::kCONSTANT && t->dims().rank() == 1)
+    values = graph::shape_values_of(std::get<ConstantParams>(p->params()).weights);
+  if (!values)
+    throw UnsupportedError("[network] layer '" + layer + "': " + what + " ('" + t->name() +
+                           "') must be a 1-D int32 or int64 tensor made by a constant layer (tensors computed at run "
+                           "time are not supported here)");
+  if (values->size() > static_cast<std::size_t>(Dims::kMaxRank))
+    throw InvalidArgument("[network] layer '" + layer + "': " + what + " ('" + t->name() + "') has " +
+                          std::to_string(values->size()) + " values; at most " + std::to_string(Dims::kMaxRank));
+  return Dims(std::span<const std::int64_t>(*values));
+}
+
 }  // namespace
 
 ScaleLayer* Network::add_scale(Tensor* x, ScaleMode mode, Weights shift, Weights scale, Weights power) {
@@ -499,6 +542,36 @@ EinsumLayer* Network::add_einsum(const std::vector<Tensor*>& inputs, std::string
   return add_layer<EinsumLayer>(LayerType::kEINSUM, EinsumParams{std::move(equation)}, inputs);
 }
 
+SqueezeLayer* Network::add_squeeze(Tensor* x, Tensor* axes) {
+  const Dims a = constant_vector(axes, unique_layer_name(LayerType::kSQUEEZE), "the axes (input 1)");
+  return add_layer<SqueezeLayer>(LayerType::kSQUEEZE, SqueezeParams{a}, {x});
+}
+
+UnsqueezeLayer* Network::add_unsqueeze(Tensor* x, Tensor* axes) {
+  const Dims a = constant_vector(axes, unique_layer_name(LayerType::kUNSQUEEZE), "the axes (input 1)");
+  return add_layer<UnsqueezeLayer>(LayerType::kUNSQUEEZE, UnsqueezeParams{a}, {x});
+}
+
+ReverseSequenceLayer* Network::add_reverse_sequence(Tensor* x, Tensor* sequence_lens) {
+  // Lengths that fit another batch axis than the default: TensorRT's programs set the axes
+  // after adding the layer, so the layer waits for them (invalid until then).
+  check_tensor(x, unique_layer_name(LayerType::kREVERSE_SEQUENCE), 0);
+  check_tensor(sequence_lens, unique_layer_name(LayerType::kREVERSE_SEQUENCE), 1);
+  const bool wait = x->dims().rank() >= 2 && sequence_lens->dims().rank() == 1 &&
+                    (sequence_lens->type() == DataType::kINT32 || sequence_lens->type() == DataType::kINT64);
+  return add_layer<ReverseSequenceLayer>(LayerType::kREVERSE_SEQUENCE, ReverseSequenceParams{}, {x, sequence_lens}, wait);
+}
+
+FillLayer* Network::add_fill(const Dims& dims, FillOperation op, DataType to) {
+  FillParams p;
+  p.op = op;
+  p.dims = dims;
+  p.to = to;
+  // A linspace of rank 2 or more needs beta as a tensor, which TensorRT's programs set after
+  // adding the layer (inputs 1 and 2): until then the layer is invalid, which the build reports.
+  return add_layer<FillLayer>(LayerType::kFILL, p, {}, op == FillOperation::kLINSPACE && dims.rank() > 1);
+}
+
 AttentionLayer* Network::add_attention(Tensor* query, Tensor* key, Tensor* value, AttentionNormalizationOp op, bool causal) {
   AttentionParams p;
   p.normalization = op;
@@ -509,7 +582,61 @@ AttentionLayer* Network::add_attention(Tensor* query, Tensor* key, Tensor* value
 void Network::set_layer_input(Layer* layer, int index, Tensor* t) {
   if (layer == nullptr || layer->net_ != this) throw InvalidArgument("[network] set_input: the layer is not in this network");
   check_tensor(t, layer->name(), index);
-  const int last = layer->type() == LayerType::kSLICE ? 5 : layer->num_inputs();
+  // Inputs TensorRT takes as tensors that are parameters here: read from their constants.
+  const LayerType type = layer->type();
+  if ((type == LayerType::kSQUEEZE || type == LayerType::kUNSQUEEZE || type == LayerType::kFILL) &&
+      index == (type == LayerType::kFILL ? 0 : 1)) {
+    const Dims values = constant_vector(t, layer->name(), type == LayerType::kFILL ? "the dims (input 0)" : "the axes (input 1)");
+    LayerParams p = layer->params_;
+    if (auto* s = std::get_if<SqueezeParams>(&p)) s->axes = values;
+    if (auto* u = std::get_if<UnsqueezeParams>(&p)) u->axes = values;
+    auto* f = std::get_if<FillParams>(&p);
+    if (f == nullptr) {
+      layer->update(p);
+      return;
+    }
+    f->dims = values;
+    try {
+      layer->update(p);
+    } catch (const InvalidArgument& e) {
+      // A fill's new dims may need its alpha and beta tensors (a rank-2 linspace), which
+      // TensorRT's programs set next: the layer waits for them (the build reports it otherwise).
+      layer->params_ = p;
+      layer->outputs_[0]->type_ = f->to;
+      layer->outputs_[0]->dims_ = f->dims;
+      reinfer_after(*layer);  // (clears the layer's own error: set after)
+      invalid_[static_cast<std::size_t>(position(layer))] = e.what();
+    }
+    return;
+  }
+  if (type == LayerType::kFILL) {
+    // TensorRT's inputs 1 (alpha) and 2 (beta) are the node's 0 and 1. Alpha alone leaves the
+    // layer invalid (reported by the build) until beta comes.
+    if (index != 1 && index != 2)
+      throw InvalidArgument("[network] layer '" + layer->name() + "': a fill takes inputs 0 (dims), 1 (alpha) and 2 (beta), "
+                            "not " + std::to_string(index));
+    if (index == 2 && layer->num_inputs() == 0)
+      throw InvalidArgument("[network] layer '" + layer->name() + "': set alpha (input 1) before beta (input 2)");
+    if (position(t->producer()) > position(layer)) move_after_producer(*layer, *t);
+    const auto saved = layer->inputs_;
+    const auto at = static_cast<std::size_t>(index - 1);
+    if (at < layer->inputs_.size()) layer->inputs_[at] = t;
+    else layer->inputs_.push_back(t);
+    std::string waiting;
+    try {
+      infer(*layer, layer->params_);
+    } catch (const InvalidArgument& e) {
+      if (layer->num_inputs() != 1) {
+        layer->inputs_ = saved;
+        throw;
+      }
+      waiting = e.what();
+    }
+    reinfer_after(*layer);  // (clears the layer's own error: set after)
+    invalid_[static_cast<std::size_t>(position(layer))] = waiting;
+    return;
+  }
+  const int last = type == LayerType::kSLICE ? 5 : layer->num_inputs();
   if (index < 0 || index > last)
     throw InvalidArgument("[network] layer '" + layer->name() + "': set_input index " + std::to_string(index) + " is out of range");
   if (position(t->producer()) > position(layer)) move_after_producer(*layer, *t);

@@ -880,6 +880,14 @@ void cum_sum(NodeContext& c) {
   c.output(0, layer->get_output(0));
 }
 
+void reverse_sequence(NodeContext& c) {
+  Tensor* x = c.input(0);
+  const int rank = x->dims().rank();
+  auto* layer = c.net().add_reverse_sequence(x, c.input(1));
+  layer->set(ReverseSequenceParams{c.axis(c.attr_int("batch_axis", 1), rank), c.axis(c.attr_int("time_axis", 0), rank)});
+  c.output(0, layer->get_output(0));
+}
+
 }  // namespace
 
 void add_tensor_ops(ConverterTable& t) {
@@ -915,6 +923,7 @@ void add_tensor_ops(ConverterTable& t) {
   t["ScatterElements"] = scatter_elements;
   t["ScatterND"] = scatter_nd;
   t["CumSum"] = cum_sum;
+  t["ReverseSequence"] = reverse_sequence;
 }
 
 }  // namespace tensoracle::onnx

@@ -21,6 +21,7 @@ from tensoracle._native import (
     ElementWiseOperation,
     Engine as ICudaEngine,
     ErrorCode,
+    FillOperation,
     GatherMode,
     IActivationLayer,
     IAttention,
@@ -33,6 +34,7 @@ from tensoracle._native import (
     IDequantizeLayer,
     IEinsumLayer,
     IElementWiseLayer,
+    IFillLayer,
     IGatherLayer,
     IIdentityLayer,
     ILRNLayer,
@@ -48,6 +50,7 @@ from tensoracle._native import (
     IQuantizeLayer,
     IReduceLayer,
     IResizeLayer,
+    IReverseSequenceLayer,
     IScaleLayer,
     IScatterLayer,
     ISelectLayer,
@@ -55,9 +58,11 @@ from tensoracle._native import (
     IShuffleLayer,
     ISliceLayer,
     ISoftMaxLayer,
+    ISqueezeLayer,
     ITensor,
     ITopKLayer,
     IUnaryLayer,
+    IUnsqueezeLayer,
     InterpolationMode,
     LayerType,
     MatrixOperation,
@@ -79,6 +84,7 @@ from tensoracle._native import (
 )
 
 from tensoracle._native import (  # noqa: E402
+    BuildCancelled as _BuildCancelled,
     BuilderSettings as _BuilderSettings,
     EngineBuild as _EngineBuild,
     InputShape as _InputShape,
@@ -168,9 +174,11 @@ class Logger:
 
 
 class NetworkDefinitionCreationFlag(_enum.IntEnum):
-    """TensorRT's values. EXPLICIT_BATCH (deprecated in TensorRT 10) changes nothing; networks are
-    always strongly typed here (every tensor keeps the type its layers give it), so STRONGLY_TYPED
-    changes nothing either."""
+    """TensorRT's values. EXPLICIT_BATCH (deprecated in TensorRT 10) changes nothing. A
+    STRONGLY_TYPED network computes every layer in the type its layers give it, and the builder
+    refuses BuilderFlag.FP16 / BF16 for it (TensorRT's rule); a network without the flag is
+    weakly typed: with FP16 or BF16 set, the builder computes float32 layers in that type where
+    it may (BuilderSettings.weak_precision)."""
 
     EXPLICIT_BATCH = 0
     STRONGLY_TYPED = 1
@@ -219,9 +227,9 @@ class MemoryPoolType(_enum.IntEnum):
     TACTIC_SHARED_MEMORY = 5
 
 
-# Flags whose meaning holds here without doing anything: FP16/BF16/INT8/FP8/FP4/INT4 permit lower
-# precisions (TensorRT may still run a layer in its declared type, and tensoracle always does:
-# precision comes from the network's types and Q/DQ layers); DEBUG, GPU_FALLBACK,
+# Flags honoured: FP16 / BF16 lower float32 layers of a weakly typed network (weak typing; both:
+# float16); INT8/FP8/FP4/INT4 permit lower precisions, which here come from the network's Q/DQ
+# layers (TensorRT may also keep a layer in its declared type); DEBUG, GPU_FALLBACK,
 # DISABLE_TIMING_CACHE, DISABLE_COMPILATION_CACHE, DIRECT_IO, REJECT_EMPTY_ALGORITHMS,
 # ERROR_ON_TIMING_CACHE_MISS, MONITOR_MEMORY concern machinery tensoracle does not have; STRICT_NANS
 # is what tensoracle always does (no 0*x => 0 rewrites); PREFER/OBEY_PRECISION_CONSTRAINTS hold
@@ -253,18 +261,62 @@ class IOptimizationProfile:
         return True
 
 
+class IProgressMonitor:
+    """TensorRT's build progress callbacks: subclass it, override the three methods and set an
+    instance as ``config.progress_monitor``. The builder reports nested phases ("Building engine",
+    then "Optimizing the graph", "Choosing tactics", "Sizing scratch memory", "Writing the
+    engine") and their steps; ``step_complete`` returning False cancels the build, after which
+    ``build_serialized_network`` returns None, as TensorRT's does."""
+
+    def __init__(self):
+        pass
+
+    def phase_start(self, phase_name, parent_phase, num_steps):
+        pass
+
+    def step_complete(self, phase_name, step):
+        return True
+
+    def phase_finish(self, phase_name):
+        pass
+
+
 class IBuilderConfig:
     """Builder settings: the workspace pool, optimization level, flags and the profile. One addition
     of tensoracle's: ``device`` ("auto", "cpu" or "cuda:N"; TensorRT always builds for the GPU)."""
 
     def __init__(self):
-        self.builder_optimization_level = 3
+        self._level = 3
         self.device = "auto"
         self._flags = 0
         self._workspace = 0
         self._profiles = []
         self.int8_calibrator = None
-        self.progress_monitor = None
+        self._monitor = None
+
+    @property
+    def builder_optimization_level(self):
+        """0..5 (TensorRT's default 3): 0 takes each node's first tactic, 2 and above time them."""
+        return self._level
+
+    @builder_optimization_level.setter
+    def builder_optimization_level(self, level):
+        if not 0 <= int(level) <= 5:
+            raise ValueError(f"[trt] builder_optimization_level {level} is outside 0..5")
+        self._level = int(level)
+
+    @property
+    def progress_monitor(self):
+        """An IProgressMonitor told of the build's phases and steps, or None."""
+        return self._monitor
+
+    @progress_monitor.setter
+    def progress_monitor(self, monitor):
+        if monitor is not None and not all(callable(getattr(monitor, m, None))
+                                           for m in ("phase_start", "step_complete", "phase_finish")):
+            raise TypeError("[trt] progress_monitor must be an IProgressMonitor (phase_start, step_complete, "
+                            "phase_finish)")
+        self._monitor = monitor
 
     def set_memory_pool_limit(self, pool, pool_size):
         if MemoryPoolType(pool) != MemoryPoolType.WORKSPACE:
@@ -328,12 +380,16 @@ class Builder:
     def __init__(self, logger=None):
         self.logger = logger
         self.max_threads = 0
+        self._strongly_typed = []  # the networks this builder made with STRONGLY_TYPED
 
     def create_network(self, flags=0):
         unknown = int(flags) & ~((1 << 4) - 1)
         if unknown:
             raise _UnsupportedError(f"[trt] create_network: unknown NetworkDefinitionCreationFlag bits {unknown:#x}")
-        return INetworkDefinition()
+        network = INetworkDefinition()
+        if int(flags) >> int(NetworkDefinitionCreationFlag.STRONGLY_TYPED) & 1:
+            self._strongly_typed.append(network)
+        return network
 
     def create_builder_config(self):
         return IBuilderConfig()
@@ -380,9 +436,18 @@ class Builder:
         if unknown:
             raise _UnsupportedError(f"[trt] the optimization profile names {sorted(unknown)}, which are not inputs of "
                                     "the network")
+        weak = [f for f in (BuilderFlag.FP16, BuilderFlag.BF16) if config.get_flag(f)]
+        if weak and any(network is n for n in self._strongly_typed):
+            raise _UnsupportedError(f"[trt] BuilderFlag.{weak[0].name} on a STRONGLY_TYPED network: its layers compute in "
+                                    "the types the network gives them (TensorRT refuses the flag too); clear the flag or "
+                                    "create the network without STRONGLY_TYPED")
         settings = _BuilderSettings(optimization_level=config.builder_optimization_level, device=config.device,
-                                    workspace_limit=config._workspace)
-        return IHostMemory(_build_serialized_network(network, _EngineBuild(inputs, settings)))
+                                    workspace_limit=config._workspace, progress_monitor=config.progress_monitor,
+                                    weak_precision=(float16 if BuilderFlag.FP16 in weak else bfloat16) if weak else float32)
+        try:
+            return IHostMemory(_build_serialized_network(network, _EngineBuild(inputs, settings)))
+        except _BuildCancelled:
+            return None  # TensorRT's answer to a build its progress monitor cancelled
 
 
 class Runtime:
@@ -393,6 +458,23 @@ class Runtime:
 
     def deserialize_cuda_engine(self, data):
         return ICudaEngine.deserialize(bytes(data))
+
+
+def register_as_tensorrt():
+    """Opt-in, for this process only: ``import tensorrt`` gives this module from now on, so that
+    tools written against TensorRT's Python API run on tensoracle's engines. Setting the
+    environment variable TENSORACLE_AS_TENSORRT=1 does the same when the interpreter starts (the
+    package installs a small .pth hook that reads it); tensoracle never does it otherwise.
+    Refused when the real ``tensorrt`` is already imported."""
+    import sys
+
+    this = sys.modules[__name__]
+    present = sys.modules.get("tensorrt")
+    if present is not None and present is not this:
+        raise RuntimeError("[trt] register_as_tensorrt: the module 'tensorrt' is already imported in this process "
+                           f"({getattr(present, '__file__', present)!r}); register before anything imports it")
+    sys.modules["tensorrt"] = this
+    return this
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

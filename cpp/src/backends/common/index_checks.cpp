@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace tensoracle::backends::common {
@@ -318,6 +319,50 @@ OneHotShape check_one_hot(const Fail& fail, const OneHotParams& p, const TensorR
   s.depth = p.depth;
   s.inner = prod(I, axis, r);
   return s;
+}
+
+ReverseSequenceShape check_reverse_sequence(const Fail& fail, const ReverseSequenceParams& p, const TensorRef& x,
+                                            const TensorRef& lens, const TensorRef& out) {
+  ReverseSequenceShape s;
+  s.n = checked_volume(fail, x, "reverse_sequence", "the input");
+  const i64 nl = checked_volume(fail, lens, "reverse_sequence", "the sequence lengths");
+  const int r = x.dims.rank();
+  const int b = p.batch_axis < 0 ? p.batch_axis + r : p.batch_axis;
+  const int q = p.sequence_axis < 0 ? p.sequence_axis + r : p.sequence_axis;
+  if (r < 2 || b < 0 || b >= r || q < 0 || q >= r || b == q)
+    fail("reverse_sequence: batch_axis " + num(p.batch_axis) + " and sequence_axis " + num(p.sequence_axis) +
+         " must be two dims of the input " + desc(x));
+  if (lens.type != DataType::kINT32 && lens.type != DataType::kINT64)
+    fail("reverse_sequence: the sequence lengths have type " + tn(lens.type) + "; they are int32 or int64");
+  if (lens.dims.rank() != 1 || nl != x.dims[b])
+    fail("reverse_sequence: the sequence lengths " + desc(lens) + " must be [" + num(x.dims[b]) + "] (the batch)");
+  if (!(out.dims == x.dims) || out.type != x.type) fail("reverse_sequence: the output " + desc(out) + " must be " + desc(x));
+  s.batch = x.dims[b];
+  s.batch_stride = prod(x.dims, b + 1, r);
+  s.seq = x.dims[q];
+  s.seq_stride = prod(x.dims, q + 1, r);
+  return s;
+}
+
+i64 check_squeeze(const Fail& fail, const LayerParams& p, const TensorRef& x, const TensorRef& out) {
+  const i64 n = checked_volume(fail, x, "squeeze", "the input");
+  const bool squeeze = std::holds_alternative<SqueezeParams>(p);
+  const Dims& axes = squeeze ? std::get<SqueezeParams>(p).axes : std::get<UnsqueezeParams>(p).axes;
+  const Dims& small = squeeze ? out.dims : x.dims;
+  const Dims& big = squeeze ? x.dims : out.dims;
+  bool ok = out.type == x.type && big.rank() == small.rank() + axes.rank();
+  std::uint32_t mask = 0;
+  for (int i = 0; ok && i < axes.rank(); ++i) {
+    const i64 a = axes[i] < 0 ? axes[i] + big.rank() : axes[i];
+    ok = a >= 0 && a < big.rank() && !(mask >> a & 1u) && big[static_cast<int>(a)] == 1;
+    if (ok) mask |= 1u << a;
+  }
+  for (int k = 0, j = 0; ok && k < big.rank(); ++k)
+    if (!(mask >> k & 1u)) ok = big[k] == small[j++];
+  if (!ok)
+    fail(std::string(squeeze ? "squeeze" : "unsqueeze") + ": the input " + desc(x) + " and the output " + desc(out) +
+         " do not differ by dims of size 1 at axes " + axes.str());
+  return n;
 }
 
 }  // namespace tensoracle::backends::common

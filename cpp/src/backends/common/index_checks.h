@@ -74,4 +74,17 @@ struct OneHotShape {
 OneHotShape check_one_hot(const Fail& fail, const OneHotParams& p, const TensorRef& indices, const TensorRef& values,
                           const TensorRef& out);
 
+// A reverse-sequence's checks: element e of the output sits at batch entry (e / batch_stride) %
+// batch and position (e / seq_stride) % seq of its sequence.
+struct ReverseSequenceShape {
+  i64 n = 0;
+  i64 batch = 0, batch_stride = 1, seq = 0, seq_stride = 1;
+};
+ReverseSequenceShape check_reverse_sequence(const Fail& fail, const ReverseSequenceParams& p, const TensorRef& x,
+                                            const TensorRef& lens, const TensorRef& out);
+
+// Squeeze and unsqueeze (a copy): the volume; input and output agree in type and volume, and the
+// output's dims are the input's with the axes removed or inserted.
+i64 check_squeeze(const Fail& fail, const LayerParams& p, const TensorRef& x, const TensorRef& out);
+
 }  // namespace tensoracle::backends::common

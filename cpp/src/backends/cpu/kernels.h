@@ -109,6 +109,14 @@ void normalization(const NormalizationParams& p, const TensorRef& x, const Tenso
 // OneHotParams; values: [off, on] of the output's type.
 void one_hot(const OneHotParams& p, const TensorRef& indices, const TensorRef& values, const TensorRef& out);
 
+// ops/reverse_sequence.cpp
+// ReverseSequenceParams; lens: [batch] int32/int64, each in [0, sequence].
+void reverse_sequence(const ReverseSequenceParams& p, const TensorRef& x, const TensorRef& lens, const TensorRef& out);
+
+// ops/fill.cpp
+// FillParams; alpha and beta: the tensors (TensorRT's inputs 1 and 2), or both null.
+void fill_tensor(const FillParams& p, const TensorRef* alpha, const TensorRef* beta, const TensorRef& out);
+
 // ops/parametric_relu.cpp
 // y = x >= 0 ? x : slope · x, the slope broadcasting to x.
 void parametric_relu(const TensorRef& x, const TensorRef& slope, const TensorRef& out);

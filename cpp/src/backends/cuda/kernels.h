@@ -106,6 +106,15 @@ void normalization(const NormalizationParams& p, const TensorRef& x, const Tenso
 // OneHotParams; values: [off, on] of the output's type.
 void one_hot(const OneHotParams& p, const TensorRef& indices, const TensorRef& values, const TensorRef& out, cudaStream_t stream);
 
+// ops/reverse_sequence.cu
+// ReverseSequenceParams; lens: [batch] int32/int64 (clamped into [0, sequence]).
+void reverse_sequence(const ReverseSequenceParams& p, const TensorRef& x, const TensorRef& lens, const TensorRef& out,
+                      cudaStream_t stream);
+
+// ops/fill.cu
+// FillParams; alpha and beta: the tensors (TensorRT's inputs 1 and 2, in device memory), or both null.
+void fill_tensor(const FillParams& p, const TensorRef* alpha, const TensorRef* beta, const TensorRef& out, cudaStream_t stream);
+
 // ops/parametric_relu.cu
 // y = x >= 0 ? x : slope · x, the slope broadcasting to x.
 void parametric_relu(const TensorRef& x, const TensorRef& slope, const TensorRef& out, cudaStream_t stream);

@@ -13,7 +13,7 @@ namespace tensoracle {
 namespace graph {
 
 namespace ops {
-extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp, kAttentionOp, kScaleOp, kParametricReluOp, kLrnOp, kCumulativeOp, kScatterOp, kOneHotOp;
+extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp, kAttentionOp, kScaleOp, kParametricReluOp, kLrnOp, kCumulativeOp, kScatterOp, kOneHotOp, kSqueezeOp, kUnsqueezeOp, kReverseSequenceOp, kFillOp;
 }  // namespace ops
 
 namespace {
@@ -54,6 +54,10 @@ const OpTraits* const kOps[] = {
     &ops::kCumulativeOp,
     &ops::kScatterOp,
     &ops::kOneHotOp,
+    &ops::kSqueezeOp,
+    &ops::kUnsqueezeOp,
+    &ops::kReverseSequenceOp,
+    &ops::kFillOp,
 };
 static_assert(std::size(kOps) == std::variant_size_v<LayerParams>, "one op unit per LayerParams alternative");
 

@@ -12,7 +12,7 @@
 namespace tensoracle::cuda {
 
 namespace ops {
-extern const OpKernel kMatrixMultiplyKernel, kElementwiseKernel, kActivationKernel, kCastKernel, kQuantizeKernel, kDequantizeKernel, kShuffleKernel, kIdentityKernel, kUnaryKernel, kReduceKernel, kSoftmaxKernel, kConcatenationKernel, kSliceKernel, kGatherKernel, kSelectKernel, kPaddingKernel, kConvolutionKernel, kDeconvolutionKernel, kPoolingKernel, kNormalizationKernel, kResizeKernel, kEinsumKernel, kTopkKernel, kPluginKernel, kAttentionKernel, kScaleKernel, kParametricReluKernel, kLrnKernel, kCumulativeKernel, kScatterKernel, kOneHotKernel;
+extern const OpKernel kMatrixMultiplyKernel, kElementwiseKernel, kActivationKernel, kCastKernel, kQuantizeKernel, kDequantizeKernel, kShuffleKernel, kIdentityKernel, kUnaryKernel, kReduceKernel, kSoftmaxKernel, kConcatenationKernel, kSliceKernel, kGatherKernel, kSelectKernel, kPaddingKernel, kConvolutionKernel, kDeconvolutionKernel, kPoolingKernel, kNormalizationKernel, kResizeKernel, kEinsumKernel, kTopkKernel, kPluginKernel, kAttentionKernel, kScaleKernel, kParametricReluKernel, kLrnKernel, kCumulativeKernel, kScatterKernel, kOneHotKernel, kSqueezeKernel, kUnsqueezeKernel, kReverseSequenceKernel, kFillKernel;
 }  // namespace ops
 
 namespace {
@@ -54,6 +54,10 @@ const OpKernel* const kKernels[] = {
     &ops::kCumulativeKernel,
     &ops::kScatterKernel,
     &ops::kOneHotKernel,
+    &ops::kSqueezeKernel,
+    &ops::kUnsqueezeKernel,
+    &ops::kReverseSequenceKernel,
+    &ops::kFillKernel,
 };
 static_assert(std::size(kKernels) == std::variant_size_v<LayerParams>, "one entry per LayerParams alternative");
 

@@ -1,0 +1,26 @@
+// The CUDA backend's squeeze and unsqueeze: row-major data keeps its order, so both are a copy
+// (kernels.h's copy) once the dims are checked.
+#include "backends/common/index_checks.h"
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/op_kernel.h"
+
+namespace tensoracle::cuda {
+
+namespace ops {
+
+namespace {
+
+void run(const OpCall& c) {
+  backends::common::check_squeeze(dev::kFail, c.node.params, ref(c.in[0]), ref(c.out));
+  copy(ref(c.in[0]), ref(c.out), c.stream);
+}
+
+}  // namespace
+
+extern const OpKernel kSqueezeKernel = {LayerType::kSQUEEZE, nullptr, nullptr, run};
+extern const OpKernel kUnsqueezeKernel = {LayerType::kUNSQUEEZE, nullptr, nullptr, run};
+
+}  // namespace ops
+
+}  // namespace tensoracle::cuda
