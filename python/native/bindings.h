@@ -37,6 +37,16 @@ struct PyExecution : Execution {
 // it alive (reference_internal), so what a graph function keeps stays valid after the build.
 nanobind::object network_for_graph(Network& net);
 
+// `with obj as x:` as TensorRT's Python objects allow (its samples open builders, networks,
+// engines and contexts so): __enter__ gives the object, __exit__ keeps it (Python frees it when
+// its last reference goes) and lets exceptions through.
+template <typename C>
+void context_manager(C& cls) {
+  using T = typename C::Type;
+  cls.def("__enter__", [](T& self) -> T& { return self; }, nanobind::rv_policy::reference);
+  cls.def("__exit__", [](T&, nanobind::args) { return false; });
+}
+
 // Plugin fields from Python: a dict {name: value} or PluginField-like objects (.name, .data,
 // .type or None); values are NumPy arrays, numbers, str or bytes. Without a type, the
 // registered creator's schema decides (plugin_bindings.cpp).

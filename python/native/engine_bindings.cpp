@@ -286,8 +286,12 @@ void bind_engine(nb::module_& m) {
       .def_ro("outputs", &LayerInfo::outputs)
       .def_ro("output_layout", &LayerInfo::output_layout);
 
-  nb::class_<PyExecution>(m, "Execution", "One execution context: activation memory, shapes and bindings")
+  auto execution_class = nb::class_<PyExecution>(m, "Execution", "One execution context: activation memory, shapes and bindings");
+  context_manager(execution_class);
+  execution_class
       .def("set_input_shape", &Execution::set_input_shape, nb::arg("name"), nb::arg("shape"))
+      .def_prop_ro("active_optimization_profile", [](const PyExecution&) { return 0; },
+                   "0: engines here have one optimization profile")
       .def("get_tensor_shape", &Execution::tensor_shape, nb::arg("name"))
       .def("set_tensor_address", &bind_address, nb::arg("name"), nb::arg("address"),
            "Binds an int address or a DLPack tensor (PyTorch, CuPy, NumPy) to an input or output")
@@ -354,7 +358,9 @@ void bind_engine(nb::module_& m) {
   nb::enum_<TensorIOMode>(m, "TensorIOMode", nb::is_arithmetic())
       .value("NONE", TensorIOMode::kNONE).value("INPUT", TensorIOMode::kINPUT).value("OUTPUT", TensorIOMode::kOUTPUT);
 
-  nb::class_<Engine>(m, "Engine", "An opened engine: immutable, shareable between threads")
+  auto engine_class = nb::class_<Engine>(m, "Engine", "An opened engine: immutable, shareable between threads");
+  context_manager(engine_class);
+  engine_class
       .def_static(
           "deserialize",
           [](nb::bytes data, const std::vector<std::filesystem::path>& plugins) {
@@ -400,6 +406,23 @@ void bind_engine(nb::module_& m) {
              return std::vector<Dims>{t.min, t.opt, t.max};
            }, nb::arg("name"), nb::arg("profile_index"))
       .def_prop_ro("num_optimization_profiles", [](const Engine&) { return 1; })
+      .def(
+          "get_tensor_format",
+          [](const Engine& e, const std::string& name, int profile) {
+            e.io_tensor(name);  // throws for a name the engine lacks
+            if (profile != 0)
+              throw InvalidArgument("[engine] optimization profile " + std::to_string(profile) +
+                                    ": engines here have one profile (index 0)");
+            return 0;
+          },
+          nb::arg("name"), nb::arg("profile_index") = 0,
+          "TensorRT's TensorFormat value of an I/O tensor: always 0 (LINEAR, row-major)")
+      .def_prop_ro("num_layers", [](const Engine& e) { return e.layers().size(); },
+                   "The engine's nodes (fused layers count once), as TensorRT counts its layers")
+      .def_prop_ro("refittable", [](const Engine&) { return false; }, "False: weights are rebuilt, not refitted")
+      .def_prop_ro("scratch_bytes", &Engine::scratch_bytes)
+      .def_prop_ro("device_memory_size", [](const Engine& e) { return e.activation_bytes() + e.scratch_bytes(); },
+                   "Bytes an execution allocates: activations (arena) and scratch (TensorRT's name)")
       .def(
           "serialize",
           [](const Engine& e) {

@@ -202,6 +202,18 @@ void bind_network(nb::module_& m) {
       .def_prop_rw("shape", &Tensor::dims, &Tensor::set_dims)
       .def_prop_ro("is_network_input", &Tensor::is_network_input)
       .def_prop_ro("is_network_output", &Tensor::is_network_output)
+      .def_prop_ro(
+          "is_shape_tensor",
+          [](const Tensor& t) {
+            // Inputs never are (shape-tensor inputs are not supported); other tensors are when
+            // shape inference evaluates their values on the host: a few int32/int64 values.
+            const Dims& d = t.dims();
+            return !t.is_network_input() && (t.type() == DataType::kINT32 || t.type() == DataType::kINT64) &&
+                   d.rank() <= 1 && d.all_known() && d.volume() <= 64;
+          },
+          "Whether shape inference computes the tensor's values at build time (TensorRT's shape tensors)")
+      .def_prop_ro("is_execution_tensor", [](const Tensor&) { return true; },
+                   "True: every tensor is computed when the engine runs (where a layer reads it)")
       .def("__repr__", [](const Tensor& t) {
         return "ITensor('" + t.name() + "', " + std::string(type_name(t.type())) + ", " + t.dims().str() + ")";
       });
@@ -445,8 +457,9 @@ void bind_network(nb::module_& m) {
         return names;
       });
 
-  nb::class_<Network>(m, "INetworkDefinition", "A network definition (TensorRT's INetworkDefinition)")
-      .def(nb::init<>())
+  auto network_class = nb::class_<Network>(m, "INetworkDefinition", "A network definition (TensorRT's INetworkDefinition)");
+  context_manager(network_class);
+  network_class.def(nb::init<>())
       .def_prop_rw("name", &Network::name, &Network::set_name)
       .def("add_input", &Network::add_input, nb::arg("name"), nb::arg("dtype"), nb::arg("shape"), kRef)
       .def(

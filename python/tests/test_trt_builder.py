@@ -429,3 +429,33 @@ def test_fp16_flag_on_cuda():
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
     assert "computesinfloat16" in engine.plan_json().replace(" ", "")
+
+
+def test_objects_open_in_with_statements_as_nvidias_samples_write_them():
+    class QuietLogger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+
+        def log(self, severity, msg):
+            raise AssertionError("tensoracle reports through exceptions, not the logger")
+
+    logger = QuietLogger()
+    with trt.Builder(logger) as builder, builder.create_network(0) as network, \
+            builder.create_builder_config() as config:
+        config.device = "cpu"
+        x = network.add_input("x", trt.float32, (2, 3))
+        shape = network.add_shape(x).get_output(0)
+        y = network.add_activation(x, trt.ActivationType.RELU).get_output(0)
+        y.name = "y"
+        network.mark_output(y)
+        assert shape.is_shape_tensor and not x.is_shape_tensor and not y.is_shape_tensor and y.is_execution_tensor
+        assert config.DLA_core == -1 and config.default_device_type == trt.DeviceType.GPU
+        with pytest.raises(tensoracle.UnsupportedError, match="no DLA backend"):
+            config.DLA_core = 0
+        with builder.build_serialized_network(network, config) as plan, trt.Runtime(logger) as runtime, \
+                runtime.deserialize_cuda_engine(plan) as engine, engine.create_execution_context() as context:
+            assert engine.get_tensor_format("x") == trt.TensorFormat.LINEAR == 0
+            assert engine.device_memory_size == engine.activation_bytes + engine.scratch_bytes
+            assert engine.num_layers == 1 and not engine.refittable and context.active_optimization_profile == 0
+            x_host = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+            assert np.array_equal(context.run({"x": x_host})["y"], np.maximum(x_host, 0))

@@ -113,6 +113,7 @@ class Engine {
   std::string plan_json() const;     // the whole plan (I/O, nodes, tactics, memory)
   std::uint64_t activation_bytes() const noexcept;        // arena peak
   std::uint64_t naive_activation_bytes() const noexcept;  // sum of activation sizes
+  std::uint64_t scratch_bytes() const noexcept;           // the nodes' scratch, at most one node's at a time
   std::uint64_t weight_bytes() const noexcept;
   // The engine file's bytes this engine was opened from (TensorRT's ICudaEngine::serialize):
   // save_engine(engine.serialized(), path) writes the same file. Valid while the engine lives.

@@ -239,6 +239,7 @@ void Engine::synchronize(void* stream) const { state_->backend->synchronize(stre
 std::string Engine::plan_json() const { return plan::plan_to_json(state_->plan).dump(); }
 std::uint64_t Engine::activation_bytes() const noexcept { return state_->plan.memory.arena_bytes; }
 std::uint64_t Engine::naive_activation_bytes() const noexcept { return state_->plan.memory.naive_bytes; }
+std::uint64_t Engine::scratch_bytes() const noexcept { return state_->plan.workspace_bytes; }
 std::uint64_t Engine::weight_bytes() const noexcept { return state_->weight_bytes; }
 
 // ---- Execution --------------------------------------------------------------------------

@@ -10,6 +10,10 @@ changing only ``import tensorrt as trt`` to ``import tensoracle.trt as trt``.
         network.mark_output(y)
 """
 
+# The TensorRT Python API release this module follows (tools compare it to pick code paths);
+# tensoracle's own version is tensoracle.__version__.
+__version__ = "10.15.0"
+
 import builtins as _builtins
 import enum as _enum
 
@@ -157,7 +161,29 @@ def Permutation(order):  # noqa: N802
     return tuple(int(i) for i in order)
 
 
-class Logger:
+class _Context:
+    """``with obj as x:`` as TensorRT's objects allow: gives the object, keeps it afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class ILogger:
+    """TensorRT's logger interface: subclasses override ``log(severity, msg)``. tensoracle reports
+    errors through exceptions, so nothing calls ``log`` here; a subclass is accepted wherever a
+    logger is."""
+
+    def __init__(self):
+        pass
+
+    def log(self, severity, msg):
+        pass
+
+
+class Logger(ILogger):
     """Accepted where TensorRT wants a logger; tensoracle reports through exceptions."""
 
     class Severity(_enum.IntEnum):
@@ -171,6 +197,32 @@ class Logger:
 
     def __init__(self, min_severity=WARNING):
         self.min_severity = min_severity
+
+
+class DeviceType(_enum.IntEnum):
+    """TensorRT's values; every layer runs on the engine's device (GPU or CPU): no DLA."""
+
+    GPU = 0
+    DLA = 1
+
+
+class TensorFormat(_enum.IntEnum):
+    """TensorRT's values. Every I/O tensor here is LINEAR (row-major); the others are named so
+    that programs comparing with them run."""
+
+    LINEAR = 0
+    CHW2 = 1
+    HWC8 = 2
+    CHW4 = 3
+    CHW16 = 4
+    CHW32 = 5
+    DHWC8 = 6
+    CDHW32 = 7
+    HWC = 8
+    DLA_LINEAR = 9
+    DLA_HWC4 = 10
+    HWC16 = 11
+    DHWC = 12
 
 
 class NetworkDefinitionCreationFlag(_enum.IntEnum):
@@ -241,7 +293,7 @@ _HONOURED_FLAGS = {BuilderFlag.FP16, BuilderFlag.BF16, BuilderFlag.INT8, Builder
                    BuilderFlag.PREFER_PRECISION_CONSTRAINTS, BuilderFlag.OBEY_PRECISION_CONSTRAINTS}
 
 
-class IOptimizationProfile:
+class IOptimizationProfile(_Context):
     """Input shapes of one profile: set_shape(name, min, opt, max) per input."""
 
     def __init__(self):
@@ -281,7 +333,7 @@ class IProgressMonitor:
         pass
 
 
-class IBuilderConfig:
+class IBuilderConfig(_Context):
     """Builder settings: the workspace pool, optimization level, flags and the profile. One addition
     of tensoracle's: ``device`` ("auto", "cpu" or "cuda:N"; TensorRT always builds for the GPU)."""
 
@@ -304,6 +356,26 @@ class IBuilderConfig:
         if not 0 <= int(level) <= 5:
             raise ValueError(f"[trt] builder_optimization_level {level} is outside 0..5")
         self._level = int(level)
+
+    @property
+    def DLA_core(self):  # noqa: N802  (TensorRT's name)
+        """-1: no DLA core (tensoracle has no DLA backend)."""
+        return -1
+
+    @DLA_core.setter
+    def DLA_core(self, core):  # noqa: N802
+        if int(core) != -1:
+            raise _UnsupportedError(f"[trt] DLA_core = {core}: tensoracle has no DLA backend")
+
+    @property
+    def default_device_type(self):
+        """DeviceType.GPU: layers run on the engine's device (no DLA)."""
+        return DeviceType.GPU
+
+    @default_device_type.setter
+    def default_device_type(self, device_type):
+        if DeviceType(device_type) != DeviceType.GPU:
+            raise _UnsupportedError("[trt] default_device_type = DLA: tensoracle has no DLA backend")
 
     @property
     def progress_monitor(self):
@@ -365,7 +437,7 @@ class IBuilderConfig:
         return len(self._profiles)
 
 
-class IHostMemory(bytes):
+class IHostMemory(_Context, bytes):
     """The serialized engine (TensorRT's IHostMemory): the engine file's bytes."""
 
     @property
@@ -373,7 +445,7 @@ class IHostMemory(bytes):
         return len(self)
 
 
-class Builder:
+class Builder(_Context):
     """TensorRT's IBuilder: network, config and profiles, then build_serialized_network. The
     network is defined once, layer by layer, before its shapes are declared, as TensorRT does."""
 
@@ -450,7 +522,7 @@ class Builder:
             return None  # TensorRT's answer to a build its progress monitor cancelled
 
 
-class Runtime:
+class Runtime(_Context):
     """``trt.Runtime(logger).deserialize_cuda_engine(data)`` opens an engine from bytes."""
 
     def __init__(self, logger=None):
@@ -458,6 +530,14 @@ class Runtime:
 
     def deserialize_cuda_engine(self, data):
         return ICudaEngine.deserialize(bytes(data))
+
+
+def init_libnvinfer_plugins(logger, namespace):
+    """TensorRT registers its own plugin library here. tensoracle has none of NVIDIA's plugins
+    (its plugins are C ABI libraries: tensoracle.load_plugin_libraries), so this registers
+    nothing and returns True; a network that asks for one of NVIDIA's plugins fails when the
+    layer is added, naming the creator."""
+    return True
 
 
 def register_as_tensorrt():
