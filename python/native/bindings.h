@@ -30,6 +30,9 @@ void bind_onnx(nanobind::module_& m);
 struct PyExecution : Execution {
   explicit PyExecution(Execution e) : Execution(std::move(e)) {}
   std::map<std::string, nanobind::ndarray<nanobind::ro>, std::less<>> bound;
+  // TensorRT's IOutputAllocator objects, per output (set_output_allocator): asked for each
+  // output's memory before every run and told its shape after it.
+  std::map<std::string, nanobind::object, std::less<>> allocators;
 };
 
 // The Python object for the network the builder lends to a graph function. It shares the

@@ -1,4 +1,5 @@
 // Bindings of tensoracle/builder.h and tensoracle/engine.h.
+#include <algorithm>
 #include <memory>
 
 #include <nanobind/ndarray.h>
@@ -139,6 +140,34 @@ void bind_address(PyExecution& e, const std::string& name, nb::handle obj) {
   }
   e.set_tensor_address(name, const_cast<void*>(arr.data()));
   e.bound.insert_or_assign(name, std::move(arr));
+}
+
+// Before a run: each output with an allocator gets its memory from it (TensorRT's
+// IOutputAllocator: reallocate_output_async(name, current, bytes, alignment, stream), falling
+// back to reallocate_output without the stream), at the output's size for the current input
+// shapes. Shapes here never depend on the data, so the size is known before the run.
+void allocate_outputs(PyExecution& e, nb::handle stream) {
+  for (auto& [name, allocator] : e.allocators) {
+    const Dims shape = e.tensor_shape(name);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(shape.volume(), 1)) *
+                                element_size(e.engine().io_tensor(name).type);
+    nb::object ptr = nb::hasattr(allocator, "reallocate_output_async")
+                         ? allocator.attr("reallocate_output_async")(name, 0, bytes, 256, stream)
+                         : allocator.attr("reallocate_output")(name, 0, bytes, 256);
+    if (ptr.is_none() || nb::cast<std::uint64_t>(ptr) == 0)
+      throw InvalidArgument("[execution] the output allocator of '" + name + "' gave no memory for " +
+                            std::to_string(bytes) + " bytes");
+    e.set_tensor_address(name, pointer_of(ptr, "[execution] output allocator of '" + name + "': ", "an address"));
+    e.bound.erase(name);
+  }
+}
+
+// After a run: each allocator is told its output's shape (notify_shape).
+void notify_outputs(PyExecution& e) {
+  for (auto& [name, allocator] : e.allocators) {
+    const Dims shape = e.tensor_shape(name);
+    allocator.attr("notify_shape")(name, nb::tuple(nb::cast(shape.vec())));
+  }
 }
 
 // A stream argument: an int (cudaStream_t), None, or a stream object (torch.cuda.Stream's
@@ -308,11 +337,42 @@ void bind_engine(nb::module_& m) {
           "execute_async_v3",
           [](PyExecution& e, nb::handle stream) {
             void* s = stream_of(stream);
-            nb::gil_scoped_release release;
-            e.enqueue(s);
+            allocate_outputs(e, stream);
+            {
+              nb::gil_scoped_release release;
+              e.enqueue(s);
+            }
+            notify_outputs(e);
             return true;
           },
-          nb::arg("stream_handle") = nb::none(), "TensorRT's name for enqueue")
+          nb::arg("stream_handle") = nb::none(),
+          "TensorRT's name for enqueue (outputs with an output allocator get their memory from it first)")
+      .def(
+          "set_output_allocator",
+          [](PyExecution& e, const std::string& name, nb::handle allocator) {
+            if (e.engine().io_tensor(name).mode != TensorIOMode::kOUTPUT)
+              throw InvalidArgument("[execution] set_output_allocator('" + name + "'): not an output of the engine");
+            if (allocator.is_none()) {
+              e.allocators.erase(name);
+              return true;
+            }
+            for (const char* m : {"reallocate_output", "notify_shape"})
+              if (!nb::hasattr(allocator, m))
+                throw InvalidArgument(std::string("[execution] set_output_allocator('") + name + "'): the object has no '" + m +
+                                      "' (subclass tensoracle.trt.IOutputAllocator)");
+            e.allocators.insert_or_assign(name, nb::borrow(allocator));
+            return true;
+          },
+          nb::arg("name"), nb::arg("output_allocator"),
+          "TensorRT's IOutputAllocator for an output: asked for its memory before each execute_async_v3, told its "
+          "shape after (None removes it)")
+      .def(
+          "get_output_allocator",
+          [](const PyExecution& e, const std::string& name) -> nb::object {
+            auto it = e.allocators.find(name);
+            return it == e.allocators.end() ? nb::none() : it->second;
+          },
+          nb::arg("name"))
       .def(
           "execute_v2",
           [](PyExecution& e, const std::vector<nb::handle>& bindings) {

@@ -459,3 +459,37 @@ def test_objects_open_in_with_statements_as_nvidias_samples_write_them():
             assert engine.num_layers == 1 and not engine.refittable and context.active_optimization_profile == 0
             x_host = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
             assert np.array_equal(context.run({"x": x_host})["y"], np.maximum(x_host, 0))
+
+
+def test_output_allocator_gives_each_output_its_memory():
+    """TensorRT's IOutputAllocator as Polygraphy's TrtRunner uses it: asked for the output's
+    bytes before execute_async_v3, told its shape after (here in host memory: a CPU engine)."""
+
+    class HostAllocator(trt.IOutputAllocator):
+        def __init__(self):
+            trt.IOutputAllocator.__init__(self)
+            self.buffers, self.shapes, self.calls = {}, {}, []
+
+        def reallocate_output_async(self, tensor_name, memory, size, alignment, stream):
+            self.calls.append((tensor_name, size, alignment))
+            self.buffers[tensor_name] = np.zeros(size, np.uint8)
+            return self.buffers[tensor_name].ctypes.data
+
+        def notify_shape(self, tensor_name, shape):
+            self.shapes[tensor_name] = tuple(shape)
+
+    engine = build_engine(-1)
+    context = engine.create_execution_context()
+    allocator = HostAllocator()
+    assert context.set_output_allocator("prob", allocator) and context.get_output_allocator("prob") is allocator
+    x = RNG.uniform(0, 1, (3, 1, 28, 28)).astype(np.float32)
+    context.set_input_shape("data", x.shape)
+    context.set_tensor_address("data", x.ctypes.data)
+    assert context.execute_async_v3(0)
+    assert allocator.calls == [("prob", 3 * 10 * 4, 256)] and allocator.shapes == {"prob": (3, 10)}
+    out = allocator.buffers["prob"].view(np.float32).reshape(3, 10)
+    np.testing.assert_allclose(out, torch_lenet(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(tensoracle.InvalidArgument, match="not an output"):
+        context.set_output_allocator("data", allocator)
+    with pytest.raises(tensoracle.InvalidArgument, match="no 'reallocate_output'"):
+        context.set_output_allocator("prob", object())

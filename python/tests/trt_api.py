@@ -34,7 +34,7 @@ ABSENT = {
     "IInt8Calibrator": CALIBRATION, "IInt8EntropyCalibrator2": CALIBRATION, "IInt8MinMaxCalibrator": CALIBRATION,
     "IInt8LegacyCalibrator": CALIBRATION,
     "IErrorRecorder": "errors are Python exceptions (docs/errors.md)",
-    "IGpuAllocator": "device memory is the backend's", "IOutputAllocator": "outputs of data-dependent shape are not built yet",
+    "IGpuAllocator": "device memory is the backend's", 
     "IEngineInspector": "`tensoracle inspect ENGINE` and ICudaEngine.plan_json",
     "ITimingCache": "tactics are timed per build; the engine cache keeps whole engines",
     "OnnxParserRefitter": "no refitting (see Refitter)",
@@ -105,6 +105,7 @@ DIFFERS = {
     "default_device_type": "GPU only; DLA is refused",
     "DLA_core": "-1; any other core is refused",
     "ILogger": "nothing calls log(): errors are exceptions",
+    "IOutputAllocator": "asked before each run at the output's known size (shapes never depend on the data here)",
 }
 
 MODULE = [

@@ -171,6 +171,25 @@ class _Context:
         return False
 
 
+class IOutputAllocator:
+    """TensorRT's output allocator: subclass it and give an instance to
+    ``context.set_output_allocator(name, allocator)``. Before each ``execute_async_v3`` the
+    context asks it for the output's memory (``reallocate_output_async(name, memory, size,
+    alignment, stream)``, else ``reallocate_output(name, memory, size, alignment)``: an address
+    of at least ``size`` bytes) and after the run tells it the shape (``notify_shape``). Output
+    shapes here never depend on the data, so the size asked is the output's at the current input
+    shapes."""
+
+    def __init__(self):
+        pass
+
+    def reallocate_output(self, tensor_name, memory, size, alignment):
+        return 0
+
+    def notify_shape(self, tensor_name, shape):
+        pass
+
+
 class ILogger:
     """TensorRT's logger interface: subclasses override ``log(severity, msg)``. tensoracle reports
     errors through exceptions, so nothing calls ``log`` here; a subclass is accepted wherever a
