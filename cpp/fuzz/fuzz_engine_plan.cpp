@@ -162,6 +162,22 @@ std::vector<std::byte> seed_engine() {
     auto* fill = net.add_fill({5}, FillOperation::kRANDOM_NORMAL, DataType::kHALF);
     fill->get_output(0)->set_name("filled");
     net.mark_output(fill->get_output(0));
+    // A loop (unrolled: gathers, the body per iteration, an identity) and a conditional (a select).
+    Loop* loop = net.add_loop();
+    auto* slice = loop->add_iterator(x, 0);
+    static const float zeros[4 * 6 * 6] = {};
+    auto* running = loop->add_recurrence(net.add_constant({4, 6, 6}, Weights(DataType::kFLOAT, zeros, 144, nullptr))->get_output(0));
+    auto* acc = net.add_elementwise(running->get_output(0), slice->get_output(0), ElementWiseOperation::kSUM);
+    net.set_layer_input(running, 1, acc->get_output(0));
+    auto* summed = loop->add_loop_output(running->get_output(0), LoopOutput::kLAST_VALUE);
+    IfConditional* branch = net.add_if_conditional();
+    auto* positive = net.add_reduce(summed->get_output(0), ReduceOperation::kSUM, 0b111, false)->get_output(0);
+    branch->set_condition(net.add_elementwise(positive, net.add_constant(Dims{}, Weights(DataType::kFLOAT, zeros, 1, nullptr))->get_output(0),
+                                              ElementWiseOperation::kGREATER)->get_output(0));
+    auto* negated = net.add_unary(summed->get_output(0), UnaryOperation::kNEG)->get_output(0);
+    auto* chosen = branch->add_output(summed->get_output(0), negated);
+    chosen->get_output(0)->set_name("looped");
+    net.mark_output(chosen->get_output(0));
   };
   EngineBuild d;
   d.inputs["x"] = InputShape::fixed({2, 4, 6, 6});

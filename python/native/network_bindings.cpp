@@ -184,7 +184,15 @@ void bind_network(nb::module_& m) {
       .value("PARAMETRIC_RELU", LayerType::kPARAMETRIC_RELU).value("LRN", LayerType::kLRN)
       .value("CUMULATIVE", LayerType::kCUMULATIVE).value("SCATTER", LayerType::kSCATTER).value("ONE_HOT", LayerType::kONE_HOT)
       .value("SQUEEZE", LayerType::kSQUEEZE).value("UNSQUEEZE", LayerType::kUNSQUEEZE)
-      .value("REVERSE_SEQUENCE", LayerType::kREVERSE_SEQUENCE).value("FILL", LayerType::kFILL);
+      .value("REVERSE_SEQUENCE", LayerType::kREVERSE_SEQUENCE).value("FILL", LayerType::kFILL)
+      .value("TRIP_LIMIT", LayerType::kTRIP_LIMIT).value("RECURRENCE", LayerType::kRECURRENCE)
+      .value("ITERATOR", LayerType::kITERATOR).value("LOOP_OUTPUT", LayerType::kLOOP_OUTPUT)
+      .value("CONDITION", LayerType::kCONDITION).value("CONDITIONAL_INPUT", LayerType::kCONDITIONAL_INPUT)
+      .value("CONDITIONAL_OUTPUT", LayerType::kCONDITIONAL_OUTPUT);
+  nb::enum_<TripLimit>(m, "TripLimit", nb::is_arithmetic()).value("COUNT", TripLimit::kCOUNT).value("WHILE", TripLimit::kWHILE);
+  nb::enum_<LoopOutput>(m, "LoopOutput", nb::is_arithmetic())
+      .value("LAST_VALUE", LoopOutput::kLAST_VALUE).value("CONCATENATE", LoopOutput::kCONCATENATE)
+      .value("REVERSE", LoopOutput::kREVERSE);
   nb::enum_<ScaleMode>(m, "ScaleMode", nb::is_arithmetic())
       .value("UNIFORM", ScaleMode::kUNIFORM).value("CHANNEL", ScaleMode::kCHANNEL).value("ELEMENTWISE", ScaleMode::kELEMENTWISE);
   nb::enum_<ScatterMode>(m, "ScatterMode", nb::is_arithmetic()).value("ELEMENT", ScatterMode::kELEMENT).value("ND", ScatterMode::kND);
@@ -374,6 +382,44 @@ void bind_network(nb::module_& m) {
   prop(fill, "to_type", &FillParams::to);
   fill.def_prop_ro("is_alpha_beta_int64", [](const FillLayer&) { return false; },
                    "False: the layer's alpha and beta are doubles here (an integer fill takes its integers from them)");
+  nb::class_<Loop>(m, "ILoop", "A loop of a Network (TensorRT's ILoop; unrolled when the engine is built)")
+      .def_prop_rw("name", &Loop::name, &Loop::set_name)
+      .def("add_recurrence", &Loop::add_recurrence, nb::arg("initial_value"), kRef)
+      .def("add_trip_limit", &Loop::add_trip_limit, nb::arg("tensor"), nb::arg("kind"), kRef)
+      .def("add_iterator", &Loop::add_iterator, nb::arg("tensor"), nb::arg("axis") = 0, nb::arg("reverse") = false, kRef)
+      .def("add_loop_output", &Loop::add_loop_output, nb::arg("tensor"), nb::arg("kind"), nb::arg("axis") = 0, kRef);
+  nb::class_<LoopBoundaryLayer, Layer>(m, "ILoopBoundaryLayer").def_prop_ro("loop", &LoopBoundaryLayer::loop, kRef);
+  nb::class_<TripLimitLayer, LoopBoundaryLayer>(m, "ITripLimitLayer").def_prop_ro("kind", &TripLimitLayer::kind);
+  nb::class_<RecurrenceLayer, LoopBoundaryLayer>(m, "IRecurrenceLayer");
+  auto iterator = nb::class_<IteratorLayer, LoopBoundaryLayer>(m, "IIteratorLayer");
+  iterator.def_prop_rw("axis", [](const IteratorLayer& l) { return l.get().axis; }, [](IteratorLayer& l, std::int32_t a) {
+    IteratorParams p = l.get();
+    p.axis = a;
+    l.set(p);
+  });
+  iterator.def_prop_rw("reverse", [](const IteratorLayer& l) { return l.get().reverse; }, [](IteratorLayer& l, bool r) {
+    IteratorParams p = l.get();
+    p.reverse = r;
+    l.set(p);
+  });
+  auto loop_output = nb::class_<LoopOutputLayer, LoopBoundaryLayer>(m, "ILoopOutputLayer");
+  loop_output.def_prop_ro("kind", [](const LoopOutputLayer& l) { return l.get().kind; });
+  loop_output.def_prop_rw("axis", [](const LoopOutputLayer& l) { return l.get().axis; }, [](LoopOutputLayer& l, std::int32_t a) {
+    LoopOutputParams p = l.get();
+    p.axis = a;
+    l.set(p);
+  });
+  nb::class_<IfConditional>(m, "IIfConditional",
+                            "A conditional of a Network (TensorRT's IIfConditional; both branches run, a select keeps one)")
+      .def_prop_rw("name", &IfConditional::name, &IfConditional::set_name)
+      .def("set_condition", &IfConditional::set_condition, nb::arg("condition"), kRef)
+      .def("add_input", &IfConditional::add_input, nb::arg("input"), kRef)
+      .def("add_output", &IfConditional::add_output, nb::arg("true_subgraph_output"), nb::arg("false_subgraph_output"), kRef);
+  nb::class_<IfConditionalBoundaryLayer, Layer>(m, "IIfConditionalBoundaryLayer")
+      .def_prop_ro("conditional", &IfConditionalBoundaryLayer::conditional, kRef);
+  nb::class_<ConditionLayer, IfConditionalBoundaryLayer>(m, "IConditionLayer");
+  nb::class_<IfConditionalInputLayer, IfConditionalBoundaryLayer>(m, "IIfConditionalInputLayer");
+  nb::class_<IfConditionalOutputLayer, IfConditionalBoundaryLayer>(m, "IIfConditionalOutputLayer");
   auto padding = nb::class_<PaddingLayer, Layer>(m, "IPaddingLayer");
   prop(padding, "pre_padding_nd", &PaddingParams::pre_padding);
   prop(padding, "post_padding_nd", &PaddingParams::post_padding);
@@ -536,6 +582,8 @@ void bind_network(nb::module_& m) {
       .def("add_unsqueeze", &Network::add_unsqueeze, nb::arg("input"), nb::arg("axes"), kRef)
       .def("add_reverse_sequence", &Network::add_reverse_sequence, nb::arg("input"), nb::arg("sequence_lens"), kRef)
       .def("add_fill", &Network::add_fill, nb::arg("shape"), nb::arg("op"), nb::arg("output_type") = DataType::kFLOAT, kRef)
+      .def("add_loop", &Network::add_loop, kRef)
+      .def("add_if_conditional", &Network::add_if_conditional, kRef)
       .def("add_attention", &Network::add_attention, nb::arg("query"), nb::arg("key"), nb::arg("value"),
            nb::arg("norm_op"), nb::arg("causal"), kRef)
       .def(

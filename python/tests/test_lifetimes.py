@@ -108,6 +108,8 @@ objects = []
 
 
 def describe(obj):
+    if isinstance(obj, (trt.ILoop, trt.IIfConditional)):
+        return ("control flow", obj.name)
     if isinstance(obj, trt.ITensor):
         return ("tensor", obj.name, obj.dtype, tuple(obj.shape))
     return ("layer", obj.name, trt.ILayer.type.__get__(obj), [obj.get_output(i).name for i in range(obj.num_outputs)])
@@ -175,6 +177,15 @@ def graph(net):
     add("add_squeeze", net.add_unsqueeze(m, one).get_output(0), one)
     add("add_reverse_sequence", m, net.add_constant((4,), np.array([1, 2, 3, 4], np.int32)).get_output(0))
     add("add_fill", (3,), trt.FillOperation.LINSPACE, trt.float32)
+    loop = add("add_loop")
+    loop.add_trip_limit(net.add_constant((), np.array(2, np.int32)).get_output(0), trt.TripLimit.COUNT)
+    rec = keep(loop.add_recurrence(m))
+    rec.set_input(1, keep(net.add_activation(rec.get_output(0), trt.ActivationType.RELU)).get_output(0))
+    keep(keep(loop.add_loop_output(rec.get_output(0), trt.LoopOutput.LAST_VALUE)).loop)
+    branch = add("add_if_conditional")
+    keep(branch.set_condition(net.add_constant((), np.array(True)).get_output(0)))
+    inside = keep(branch.add_input(m)).get_output(0)
+    keep(keep(branch.add_output(inside, inside)).conditional)
     y = mm.get_output(0)
     y.name = "y"
     net.mark_output(y)

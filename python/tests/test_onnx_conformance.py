@@ -313,9 +313,12 @@ def test_write_table(tmp_path):
 
 # A ratchet, raised as converters land: the share of cases (operators all supported, inputs and
 # outputs of tensoracle's types) that pass. Issue 35's bar is 0.95; at this commit the parser
-# passes 0.667 (752 cases; docs/onnx.md has the table), most refusals being parameters ONNX's cases give as
-# run-time graph inputs (axes, bounds, k, weights), which tensoracle does not take.
-MIN_SUPPORTED_PASS_RATE = 0.665
+# passes 0.663 (756 of 1140 cases; docs/onnx.md has the table), most refusals being parameters ONNX's cases
+# give as run-time graph inputs (axes, bounds, k, weights), which tensoracle does not take. (If and
+# Loop, supported since, brought 13 cases in: test_if passes; test_loop11 and the Range and
+# AffineGrid expansions take trip counts and shapes from graph inputs and are refused, which
+# moved the share from 0.667 to 0.663.)
+MIN_SUPPORTED_PASS_RATE = 0.66
 
 
 def test_real_parser_conformance(cases):

@@ -61,6 +61,10 @@ enum class LayerType : std::int32_t {
   kEINSUM = 23, kTOPK = 24, kSHAPE = 25, kPLUGIN = 26, kATTENTION = 27, kSCALE = 28,
   kPARAMETRIC_RELU = 29, kLRN = 30, kCUMULATIVE = 31, kSCATTER = 32, kONE_HOT = 33,
   kSQUEEZE = 34, kUNSQUEEZE = 35, kREVERSE_SEQUENCE = 36, kFILL = 37,
+  // Loop boundary layers (TensorRT's ILoop): never in a plan; the builder unrolls loops.
+  kTRIP_LIMIT = 38, kRECURRENCE = 39, kITERATOR = 40, kLOOP_OUTPUT = 41,
+  // Conditional boundary layers (TensorRT's IIfConditional): never in a plan either.
+  kCONDITION = 42, kCONDITIONAL_INPUT = 43, kCONDITIONAL_OUTPUT = 44,
 };
 
 enum class UnaryOperation : std::int32_t {
@@ -88,6 +92,11 @@ enum class CumulativeOperation : std::int32_t { kSUM = 0 };
 // Fill: evenly spaced values (alpha + Σ beta[k] · index[k]) or random draws (uniform in
 // [alpha, beta), normal of mean alpha and standard deviation beta). TensorRT's FillOperation.
 enum class FillOperation : std::int32_t { kLINSPACE = 0, kRANDOM_UNIFORM = 1, kRANDOM_NORMAL = 2 };
+
+// Loops (TensorRT's names): a counted loop or a while loop; a loop output's last value, or the
+// values of every iteration stacked along a new axis, in order or reversed.
+enum class TripLimit : std::int32_t { kCOUNT = 0, kWHILE = 1 };
+enum class LoopOutput : std::int32_t { kLAST_VALUE = 0, kCONCATENATE = 1, kREVERSE = 2 };
 
 enum class AttentionNormalizationOp : std::int32_t { kNONE = 0, kSOFTMAX = 1 };
 
@@ -404,6 +413,36 @@ struct ReverseSequenceParams {
 // float32/float16/bfloat16. Random values come from a counter-based generator keyed by the
 // element's index: every run of an engine (and both backends' uniform draws) give the same
 // values; TensorRT promises no sequence either.
+// The loop boundary layers; `loop` is the loop's index in its network (Network::get_loop).
+struct TripLimitParams {
+  std::int32_t loop = -1;
+  TripLimit kind = TripLimit::kCOUNT;
+};
+struct RecurrenceParams {
+  std::int32_t loop = -1;
+};
+struct IteratorParams {
+  std::int32_t loop = -1;
+  std::int32_t axis = 0;
+  bool reverse = false;
+};
+struct LoopOutputParams {
+  std::int32_t loop = -1;
+  LoopOutput kind = LoopOutput::kLAST_VALUE;
+  std::int32_t axis = 0;
+};
+
+// The conditional boundary layers; `conditional` is its index in its network.
+struct ConditionParams {
+  std::int32_t conditional = -1;
+};
+struct ConditionalInputParams {
+  std::int32_t conditional = -1;
+};
+struct ConditionalOutputParams {
+  std::int32_t conditional = -1;
+};
+
 struct FillParams {
   FillOperation op = FillOperation::kLINSPACE;
   Dims dims;
@@ -419,7 +458,9 @@ using LayerParams =
                  DeconvolutionParams, PoolingParams, NormalizationParams, ResizeParams, EinsumParams,
                  TopKParams, ShapeParams, PluginParams, AttentionParams, ScaleParams,
                  ParametricReluParams, LrnParams, CumulativeParams, ScatterParams, OneHotParams,
-                 SqueezeParams, UnsqueezeParams, ReverseSequenceParams, FillParams>;
+                 SqueezeParams, UnsqueezeParams, ReverseSequenceParams, FillParams, TripLimitParams,
+                 RecurrenceParams, IteratorParams, LoopOutputParams, ConditionParams, ConditionalInputParams,
+                 ConditionalOutputParams>;
 
 // ---- tensors and layers -----------------------------------------------------------------
 
@@ -472,6 +513,8 @@ class Layer {
 
  private:
   friend class Network;
+  friend class Loop;
+  friend class IfConditional;
   Network* net_ = nullptr;
   std::string name_;
   LayerParams params_;
@@ -574,6 +617,90 @@ class SqueezeLayer : public ParamLayer<SqueezeParams> {};
 class UnsqueezeLayer : public ParamLayer<UnsqueezeParams> {};
 class ReverseSequenceLayer : public ParamLayer<ReverseSequenceParams> {};
 class FillLayer : public ParamLayer<FillParams> {};
+
+class Loop;
+// The boundary layers of a loop (TensorRT's ILoopBoundaryLayer and its kinds). A trip limit has
+// no output; a recurrence's input 1 (the next iteration's value) is set with set_layer_input
+// and may be computed from the recurrence's own output (the loop's back edge).
+class LoopBoundaryLayer : public Layer {
+ public:
+  Loop* loop() const;
+};
+class TripLimitLayer : public LoopBoundaryLayer {
+ public:
+  TripLimit kind() const { return std::get<TripLimitParams>(params()).kind; }
+};
+class RecurrenceLayer : public LoopBoundaryLayer {};
+class IteratorLayer : public LoopBoundaryLayer {
+ public:
+  const IteratorParams& get() const { return std::get<IteratorParams>(params()); }
+  void set(const IteratorParams& p) { update(p); }
+};
+class LoopOutputLayer : public LoopBoundaryLayer {
+ public:
+  const LoopOutputParams& get() const { return std::get<LoopOutputParams>(params()); }
+  void set(const LoopOutputParams& p) { update(p); }
+};
+
+// A loop (TensorRT's ILoop), made by Network::add_loop and owned by the network. Layers are in
+// the loop's body when they read, directly or through other body layers, a recurrence or an
+// iterator of it; everything they read from outside is loop-invariant. Values leave the loop
+// only through its loop outputs. The builder unrolls a loop: its trip count must be a COUNT
+// limit whose value the builder computes (a constant, or shapes fixed in the profile).
+class IfConditional;
+// The boundary layers of a conditional (TensorRT's IIfConditionalBoundaryLayer and its kinds):
+// the condition (no output), an input (its output is the input's value inside the branches), an
+// output (input 0 the true branch's value, input 1 the false branch's).
+class IfConditionalBoundaryLayer : public Layer {
+ public:
+  IfConditional* conditional() const;
+};
+class ConditionLayer : public IfConditionalBoundaryLayer {};
+class IfConditionalInputLayer : public IfConditionalBoundaryLayer {};
+class IfConditionalOutputLayer : public IfConditionalBoundaryLayer {};
+
+// A conditional (TensorRT's IIfConditional), made by Network::add_if_conditional and owned by
+// the network: each output is its true value where the condition (a 0-D bool) holds, else its
+// false value. The builder computes both branches and selects (a condition it can compute picks
+// one branch); a branch must not fail where it is not taken.
+class IfConditional {
+ public:
+  const std::string& name() const noexcept { return name_; }
+  void set_name(std::string name);
+  int index() const noexcept { return index_; }
+  ConditionLayer* set_condition(Tensor* condition);
+  IfConditionalInputLayer* add_input(Tensor* t);
+  IfConditionalOutputLayer* add_output(Tensor* true_value, Tensor* false_value);
+
+ private:
+  friend class Network;
+  IfConditional(Network* net, int index, std::string name) : net_(net), index_(index), name_(std::move(name)) {}
+  Network* net_;
+  int index_;
+  std::string name_;
+};
+
+class Loop {
+ public:
+  const std::string& name() const noexcept { return name_; }
+  void set_name(std::string name);
+  int index() const noexcept { return index_; }
+  // A recurrence starting from `initial`; its input 1 is the value of the next iteration.
+  RecurrenceLayer* add_recurrence(Tensor* initial);
+  // COUNT: a 0-D int32 tensor computed before the loop; WHILE: a 0-D bool tensor.
+  TripLimitLayer* add_trip_limit(Tensor* limit, TripLimit kind);
+  // Iteration i reads slice i of `t` along `axis` (from the end when `reverse`).
+  IteratorLayer* add_iterator(Tensor* t, std::int32_t axis = 0, bool reverse = false);
+  // kCONCATENATE and kREVERSE take their length (a 0-D int32 tensor) as input 1.
+  LoopOutputLayer* add_loop_output(Tensor* t, LoopOutput kind, std::int32_t axis = 0);
+
+ private:
+  friend class Network;
+  Loop(Network* net, int index, std::string name) : net_(net), index_(index), name_(std::move(name)) {}
+  Network* net_;
+  int index_;
+  std::string name_;
+};
 class AttentionLayer : public ParamLayer<AttentionParams> {
  public:
   Tensor* mask() const { return num_inputs() > 3 ? get_input(3) : nullptr; }
@@ -661,6 +788,14 @@ class Network : public std::enable_shared_from_this<Network> {
   // 1 (alpha) and 2 (beta) with set_layer_input, alpha first; its input 0 (the dims) must be a
   // 1-D int32/int64 constant, which sets `dims`.
   FillLayer* add_fill(const Dims& dims, FillOperation op, DataType to);
+  // A new loop (see Loop), named "loop_<n>" until renamed.
+  Loop* add_loop();
+  int num_loops() const noexcept { return static_cast<int>(loops_.size()); }
+  Loop* get_loop(int i) const;  // throws InvalidArgument when out of range
+  // A new conditional (see IfConditional), named "conditional_<n>" until renamed.
+  IfConditional* add_if_conditional();
+  int num_conditionals() const noexcept { return static_cast<int>(conditionals_.size()); }
+  IfConditional* get_conditional(int i) const;  // throws InvalidArgument when out of range
   // A plugin layer: creator `name` / `version` in `plugin_namespace` of a plugin library loaded
   // in this process (load_plugin_libraries, or `plugins` of build_serialized_engine and
   // open_engine: the builder loads them before calling the graph function), made from `fields`
@@ -695,6 +830,8 @@ class Network : public std::enable_shared_from_this<Network> {
  private:
   friend class Layer;
   friend class Tensor;
+  friend class Loop;
+  friend class IfConditional;
   template <typename L>
   // defer_errors: a layer the parameters do not fit yet is added anyway, marked invalid (the
   // build reports it) until a setter or set_layer_input fixes it, as TensorRT's programs expect
@@ -716,6 +853,8 @@ class Network : public std::enable_shared_from_this<Network> {
   std::vector<Tensor*> inputs_;
   std::vector<Tensor*> outputs_;
   std::vector<std::string> invalid_;  // per layer: the error a later setter caused, or ""
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::vector<std::unique_ptr<IfConditional>> conditionals_;
 };
 
 std::string_view layer_type_name(LayerType t) noexcept;  // "matrix_multiply", ...

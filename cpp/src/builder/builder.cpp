@@ -141,7 +141,23 @@ std::vector<std::byte> build_serialized_network(const Network& net, const Engine
 
   Progress progress(decl.settings.progress.get());
   progress.start(kTop, "", 4);
-  graph::Graph g = graph::from_network(net);
+  // Loops unroll with the trip counts their shapes give: the same at every corner of the profile.
+  auto value_of = [&](const graph::Graph& sub, int v) -> std::optional<std::vector<std::int64_t>> {
+    std::optional<std::vector<std::int64_t>> seen;
+    for (Dims InputShape::*corner : {&InputShape::min, &InputShape::opt, &InputShape::max}) {
+      std::vector<Dims> dims;
+      for (int in : sub.inputs)
+        for (int i = 0; i < net.num_inputs(); ++i)
+          if (net.get_input(i)->name() == sub.values[static_cast<std::size_t>(in)].name) dims.push_back(profile[static_cast<std::size_t>(i)].*corner);
+      graph::ShapeValues values;
+      graph::infer_shapes(sub, dims, cpu::evaluate_shape_node, &values);
+      const auto& got = values[static_cast<std::size_t>(v)];
+      if (!got || (seen && *seen != *got)) return std::nullopt;
+      seen = got;
+    }
+    return seen;
+  };
+  graph::Graph g = graph::from_network(net, value_of);
   graph::verify(g, "from_network");
   json passes = json::array();
   progress.start(kPasses, kTop, kPassCount);

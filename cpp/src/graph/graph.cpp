@@ -71,50 +71,6 @@ int Graph::find_value(const std::string& name) const {
   return -1;
 }
 
-Graph from_network(const Network& net) {
-  Graph g;
-  std::unordered_map<const Tensor*, int> ids;
-  auto add_value = [&](const Tensor* t) {
-    Value v;
-    v.name = t->name();
-    v.desc = {t->type(), t->dims()};
-    v.is_output = t->is_network_output();
-    g.values.push_back(std::move(v));
-    ids[t] = static_cast<int>(g.values.size() - 1);
-    return ids[t];
-  };
-  for (int i = 0; i < net.num_layers(); ++i) {
-    const Layer* l = net.get_layer(i);
-    if (l->type() == LayerType::kINPUT) {
-      int id = add_value(l->get_output(0));
-      g.values[static_cast<std::size_t>(id)].is_input = true;
-      continue;
-    }
-    if (l->type() == LayerType::kCONSTANT) {
-      int id = add_value(l->get_output(0));
-      g.values[static_cast<std::size_t>(id)].constant = std::get<ConstantParams>(l->params()).weights;
-      continue;
-    }
-    // One node per layer: a layer with several outputs (topk, plugins) writes them all in one
-    // run, its parameters' `output` -1; one output: 0.
-    Node n;
-    n.name = l->name();
-    n.params = l->params();
-    const int all = l->num_outputs() > 1 ? -1 : 0;
-    if (auto* topk = std::get_if<TopKParams>(&n.params)) topk->output = all;
-    if (auto* plugin = std::get_if<PluginParams>(&n.params)) plugin->output = all;
-    for (const Tensor* t : l->stored_inputs()) n.inputs.push_back(ids.at(t));
-    n.main_desc = {l->get_output(0)->type(), l->get_output(0)->dims()};
-    n.output = add_value(l->get_output(0));
-    for (int out = 1; out < l->num_outputs(); ++out) n.extra_outputs.push_back(add_value(l->get_output(out)));
-    for (int v : n.outputs()) g.values[static_cast<std::size_t>(v)].producer = static_cast<int>(g.nodes.size());
-    g.nodes.push_back(std::move(n));
-  }
-  for (int i = 0; i < net.num_inputs(); ++i) g.inputs.push_back(ids.at(net.get_input(i)));
-  for (int i = 0; i < net.num_outputs(); ++i) g.outputs.push_back(ids.at(net.get_output(i)));
-  return g;
-}
-
 namespace {
 
 InputFacts facts_of(const Graph& g, int v, const ShapeValues* values) {

@@ -82,7 +82,15 @@ struct Graph {
   int find_value(const std::string& name) const;  // -1 when absent
 };
 
-Graph from_network(const Network& network);
+// The values a shape tensor of `g` takes (value id `v`; `g` is the part of a graph it depends on,
+// its inputs those it reads) when they are the same at every shape the engine allows; nullopt
+// otherwise. The builder's: shape inference at the profile's corners.
+using ShapeValueOf = std::function<std::optional<std::vector<std::int64_t>>(const Graph& g, int v)>;
+
+// The network copied into the IR, its loops unrolled (graph/from_network.cpp). Trip counts and
+// loop output lengths must be constants or values `value_of` gives. Throws InvalidArgument or
+// UnsupportedError naming the loop or layer.
+Graph from_network(const Network& network, const ShapeValueOf& value_of = {});
 
 // Checks the IR's invariants (ids in range, each value an input, a constant or one node's
 // output, inputs and outputs listed once, topological order, arity, types re-inferred equal);

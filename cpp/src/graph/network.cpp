@@ -572,6 +572,102 @@ FillLayer* Network::add_fill(const Dims& dims, FillOperation op, DataType to) {
   return add_layer<FillLayer>(LayerType::kFILL, p, {}, op == FillOperation::kLINSPACE && dims.rank() > 1);
 }
 
+// ---- Loops ------------------------------------------------------------------------------
+
+namespace {
+// The index of the loop or conditional a boundary layer's parameters name (-1: none).
+std::int32_t boundary_index(const LayerParams& params) {
+  std::int32_t index = -1;
+  std::visit([&](const auto& p) {
+    if constexpr (requires { p.loop; }) index = p.loop;
+    else if constexpr (requires { p.conditional; }) index = p.conditional;
+  }, params);
+  return index;
+}
+}  // namespace
+
+Loop* LoopBoundaryLayer::loop() const { return get_input(0)->network().get_loop(boundary_index(params())); }
+
+void Loop::set_name(std::string name) {
+  if (name.empty()) throw InvalidArgument("[network] loop '" + name_ + "': set_name with an empty name");
+  name_ = std::move(name);
+}
+
+RecurrenceLayer* Loop::add_recurrence(Tensor* initial) {
+  return net_->add_layer<RecurrenceLayer>(LayerType::kRECURRENCE, RecurrenceParams{index_}, {initial});
+}
+
+TripLimitLayer* Loop::add_trip_limit(Tensor* limit, TripLimit kind) {
+  for (const auto& l : net_->layers_)
+    if (const auto* t = std::get_if<TripLimitParams>(&l->params_); t && t->loop == index_ && t->kind == kind)
+      throw InvalidArgument("[network] loop '" + name_ + "': it has a " + (kind == TripLimit::kCOUNT ? "COUNT" : "WHILE") +
+                            " trip limit already ('" + l->name() + "')");
+  auto* l = net_->add_layer<TripLimitLayer>(LayerType::kTRIP_LIMIT, TripLimitParams{index_, kind}, {limit});
+  l->outputs_.clear();  // a trip limit has no output (as in TensorRT)
+  return l;
+}
+
+IteratorLayer* Loop::add_iterator(Tensor* t, std::int32_t axis, bool reverse) {
+  return net_->add_layer<IteratorLayer>(LayerType::kITERATOR, IteratorParams{index_, axis, reverse}, {t});
+}
+
+LoopOutputLayer* Loop::add_loop_output(Tensor* t, LoopOutput kind, std::int32_t axis) {
+  // A CONCATENATE or REVERSE output waits for its length, which programs set next (input 1).
+  return net_->add_layer<LoopOutputLayer>(LayerType::kLOOP_OUTPUT, LoopOutputParams{index_, kind, axis}, {t},
+                                          kind != LoopOutput::kLAST_VALUE);
+}
+
+Loop* Network::add_loop() {
+  const int index = num_loops();
+  loops_.push_back(std::unique_ptr<Loop>(new Loop(this, index, "loop_" + std::to_string(index))));
+  return loops_.back().get();
+}
+
+Loop* Network::get_loop(int i) const {
+  if (i < 0 || i >= num_loops()) throw InvalidArgument("[network] no loop " + std::to_string(i));
+  return loops_[static_cast<std::size_t>(i)].get();
+}
+
+// ---- Conditionals -----------------------------------------------------------------------
+
+IfConditional* IfConditionalBoundaryLayer::conditional() const {
+  return get_input(0)->network().get_conditional(boundary_index(params()));
+}
+
+void IfConditional::set_name(std::string name) {
+  if (name.empty()) throw InvalidArgument("[network] conditional '" + name_ + "': set_name with an empty name");
+  name_ = std::move(name);
+}
+
+ConditionLayer* IfConditional::set_condition(Tensor* condition) {
+  for (const auto& l : net_->layers_)
+    if (const auto* c = std::get_if<ConditionParams>(&l->params_); c && c->conditional == index_)
+      throw InvalidArgument("[network] conditional '" + name_ + "': its condition is set already ('" + l->name() + "')");
+  auto* l = net_->add_layer<ConditionLayer>(LayerType::kCONDITION, ConditionParams{index_}, {condition});
+  l->outputs_.clear();  // a condition has no output (as in TensorRT)
+  return l;
+}
+
+IfConditionalInputLayer* IfConditional::add_input(Tensor* t) {
+  return net_->add_layer<IfConditionalInputLayer>(LayerType::kCONDITIONAL_INPUT, ConditionalInputParams{index_}, {t});
+}
+
+IfConditionalOutputLayer* IfConditional::add_output(Tensor* true_value, Tensor* false_value) {
+  return net_->add_layer<IfConditionalOutputLayer>(LayerType::kCONDITIONAL_OUTPUT, ConditionalOutputParams{index_},
+                                                   {true_value, false_value});
+}
+
+IfConditional* Network::add_if_conditional() {
+  const int index = num_conditionals();
+  conditionals_.push_back(std::unique_ptr<IfConditional>(new IfConditional(this, index, "conditional_" + std::to_string(index))));
+  return conditionals_.back().get();
+}
+
+IfConditional* Network::get_conditional(int i) const {
+  if (i < 0 || i >= num_conditionals()) throw InvalidArgument("[network] no conditional " + std::to_string(i));
+  return conditionals_[static_cast<std::size_t>(i)].get();
+}
+
 AttentionLayer* Network::add_attention(Tensor* query, Tensor* key, Tensor* value, AttentionNormalizationOp op, bool causal) {
   AttentionParams p;
   p.normalization = op;
@@ -636,12 +732,28 @@ void Network::set_layer_input(Layer* layer, int index, Tensor* t) {
     invalid_[static_cast<std::size_t>(position(layer))] = waiting;
     return;
   }
+  if (type == LayerType::kRECURRENCE && index == 1) {
+    // The loop's back edge: the next value is computed from the recurrence's own output, so the
+    // layer keeps its place (the only input that may come from a later layer without moving it).
+    const auto saved = layer->inputs_;
+    if (layer->num_inputs() > 1) layer->inputs_[1] = t;
+    else layer->inputs_.push_back(t);
+    try {
+      infer(*layer, layer->params_);
+    } catch (...) {
+      layer->inputs_ = saved;
+      throw;
+    }
+    return;
+  }
   const int last = type == LayerType::kSLICE ? 5 : layer->num_inputs();
   if (index < 0 || index > last)
     throw InvalidArgument("[network] layer '" + layer->name() + "': set_input index " + std::to_string(index) + " is out of range");
   if (position(t->producer()) > position(layer)) move_after_producer(*layer, *t);
   auto saved = layer->inputs_;
   auto saved_params = layer->params_;
+  if (auto* out = std::get_if<LoopOutputParams>(&layer->params_); out && index == 1 && out->kind == LoopOutput::kLAST_VALUE)
+    out->kind = LoopOutput::kCONCATENATE;  // as TensorRT: a length makes a last-value output a concatenation
   if (auto* s = std::get_if<SliceParams>(&layer->params_); s && index >= 1) {
     // TensorRT's inputs 1..4 in any order; stored compactly in that order (see SliceParams).
     if (index == 5)

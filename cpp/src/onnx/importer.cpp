@@ -282,7 +282,9 @@ std::optional<Known> Importer::value(Tensor* t, int depth) {
     known_.emplace(t, k);
     return k;
   }
-  if (depth > kMaxFoldDepth || l->num_outputs() != 1 || l->type() == LayerType::kPLUGIN) return std::nullopt;
+  // Plugins and control flow (a recurrence changes from one iteration to the next) are not folded.
+  if (depth > kMaxFoldDepth || l->num_outputs() != 1 || l->type() == LayerType::kPLUGIN || l->type() >= LayerType::kTRIP_LIMIT)
+    return std::nullopt;
   const auto volume = t->dims().volume();
   if (volume < 0 || volume > kMaxFoldElements) return std::nullopt;
   auto k = evaluate(*l, depth);

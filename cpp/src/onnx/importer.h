@@ -195,5 +195,6 @@ using ConverterTable = std::map<std::string, Converter, std::less<>>;
 void add_math_ops(ConverterTable& t);
 void add_tensor_ops(ConverterTable& t);
 void add_nn_ops(ConverterTable& t);
+void add_control_ops(ConverterTable& t);
 
 }  // namespace tensoracle::onnx

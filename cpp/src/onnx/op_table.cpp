@@ -11,6 +11,7 @@ const ConverterTable& table() {
     add_math_ops(t);
     add_tensor_ops(t);
     add_nn_ops(t);
+    add_control_ops(t);
     return t;
   }();
   return t;

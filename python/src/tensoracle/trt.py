@@ -31,6 +31,7 @@ from tensoracle._native import (
     IAttention,
     ICastLayer,
     IConcatenationLayer,
+    IConditionLayer,
     IConstantLayer,
     IConvolutionLayer,
     ICumulativeLayer,
@@ -41,6 +42,14 @@ from tensoracle._native import (
     IFillLayer,
     IGatherLayer,
     IIdentityLayer,
+    IIfConditional,
+    IIfConditionalBoundaryLayer,
+    IIfConditionalInputLayer,
+    IIfConditionalOutputLayer,
+    IIteratorLayer,
+    ILoop,
+    ILoopBoundaryLayer,
+    ILoopOutputLayer,
     ILRNLayer,
     ILayer,
     IMatrixMultiplyLayer,
@@ -52,6 +61,7 @@ from tensoracle._native import (
     IPluginLayer,
     IPoolingLayer,
     IQuantizeLayer,
+    IRecurrenceLayer,
     IReduceLayer,
     IResizeLayer,
     IReverseSequenceLayer,
@@ -65,10 +75,12 @@ from tensoracle._native import (
     ISqueezeLayer,
     ITensor,
     ITopKLayer,
+    ITripLimitLayer,
     IUnaryLayer,
     IUnsqueezeLayer,
     InterpolationMode,
     LayerType,
+    LoopOutput,
     MatrixOperation,
     OnnxParser,
     PaddingMode,
@@ -84,6 +96,7 @@ from tensoracle._native import (
     ScatterMode,
     TensorIOMode,
     TopKOperation,
+    TripLimit,
     UnaryOperation,
 )
 
@@ -304,12 +317,15 @@ class MemoryPoolType(_enum.IntEnum):
 # DISABLE_TIMING_CACHE, DISABLE_COMPILATION_CACHE, DIRECT_IO, REJECT_EMPTY_ALGORITHMS,
 # ERROR_ON_TIMING_CACHE_MISS, MONITOR_MEMORY concern machinery tensoracle does not have; STRICT_NANS
 # is what tensoracle always does (no 0*x => 0 rewrites); PREFER/OBEY_PRECISION_CONSTRAINTS hold
-# since layers run in their declared types.
+# since layers run in their declared types; VERSION_COMPATIBLE is what every tensoracle engine is
+# (any tensoracle release reading the same engine format runs it: the reader checks the format and
+# the device, never the release), and EXCLUDE_LEAN_RUNTIME holds since no engine carries a runtime.
 _HONOURED_FLAGS = {BuilderFlag.FP16, BuilderFlag.BF16, BuilderFlag.INT8, BuilderFlag.FP8, BuilderFlag.FP4,
                    BuilderFlag.INT4, BuilderFlag.DEBUG, BuilderFlag.GPU_FALLBACK, BuilderFlag.DISABLE_TIMING_CACHE,
                    BuilderFlag.DISABLE_COMPILATION_CACHE, BuilderFlag.DIRECT_IO, BuilderFlag.REJECT_EMPTY_ALGORITHMS,
                    BuilderFlag.ERROR_ON_TIMING_CACHE_MISS, BuilderFlag.MONITOR_MEMORY, BuilderFlag.STRICT_NANS,
-                   BuilderFlag.PREFER_PRECISION_CONSTRAINTS, BuilderFlag.OBEY_PRECISION_CONSTRAINTS}
+                   BuilderFlag.PREFER_PRECISION_CONSTRAINTS, BuilderFlag.OBEY_PRECISION_CONSTRAINTS,
+                   BuilderFlag.VERSION_COMPATIBLE, BuilderFlag.EXCLUDE_LEAN_RUNTIME}
 
 
 class IOptimizationProfile(_Context):
@@ -546,6 +562,9 @@ class Runtime(_Context):
 
     def __init__(self, logger=None):
         self.logger = logger
+        # TensorRT asks for this before it runs a version-compatible engine's embedded lean
+        # runtime; tensoracle's engines carry no code, so either value opens them.
+        self.engine_host_code_allowed = False
 
     def deserialize_cuda_engine(self, data):
         return ICudaEngine.deserialize(bytes(data))

@@ -13,7 +13,7 @@ namespace tensoracle {
 namespace graph {
 
 namespace ops {
-extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp, kAttentionOp, kScaleOp, kParametricReluOp, kLrnOp, kCumulativeOp, kScatterOp, kOneHotOp, kSqueezeOp, kUnsqueezeOp, kReverseSequenceOp, kFillOp;
+extern const OpTraits kInputOp, kConstantOp, kMatrixMultiplyOp, kElementwiseOp, kActivationOp, kCastOp, kQuantizeOp, kDequantizeOp, kShuffleOp, kIdentityOp, kUnaryOp, kReduceOp, kSoftmaxOp, kConcatenationOp, kSliceOp, kGatherOp, kSelectOp, kPaddingOp, kConvolutionOp, kDeconvolutionOp, kPoolingOp, kNormalizationOp, kResizeOp, kEinsumOp, kTopkOp, kShapeOp, kPluginOp, kAttentionOp, kScaleOp, kParametricReluOp, kLrnOp, kCumulativeOp, kScatterOp, kOneHotOp, kSqueezeOp, kUnsqueezeOp, kReverseSequenceOp, kFillOp, kTripLimitOp, kRecurrenceOp, kIteratorOp, kLoopOutputOp, kConditionOp, kConditionalInputOp, kConditionalOutputOp;
 }  // namespace ops
 
 namespace {
@@ -58,6 +58,13 @@ const OpTraits* const kOps[] = {
     &ops::kUnsqueezeOp,
     &ops::kReverseSequenceOp,
     &ops::kFillOp,
+    &ops::kTripLimitOp,
+    &ops::kRecurrenceOp,
+    &ops::kIteratorOp,
+    &ops::kLoopOutputOp,
+    &ops::kConditionOp,
+    &ops::kConditionalInputOp,
+    &ops::kConditionalOutputOp,
 };
 static_assert(std::size(kOps) == std::variant_size_v<LayerParams>, "one op unit per LayerParams alternative");
 

@@ -58,6 +58,13 @@ const OpKernel* const kKernels[] = {
     &ops::kUnsqueezeKernel,
     &ops::kReverseSequenceKernel,
     &ops::kFillKernel,
+    nullptr,  // trip limit, recurrence, iterator, loop output: unrolled by the builder
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,  // condition, conditional input, conditional output: selects (graph/from_network.cpp)
+    nullptr,
+    nullptr,
 };
 static_assert(std::size(kKernels) == std::variant_size_v<LayerParams>, "one entry per LayerParams alternative");
 
